@@ -1,0 +1,3 @@
+from fedcore.cli import main
+
+raise SystemExit(main())

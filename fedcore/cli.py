@@ -1,0 +1,95 @@
+"""`fedcore run` and `fedcore bench`. Every RunConfig field is a flag; --config FILE.toml supplies defaults."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from fedcore import config as C
+from fedcore.errors import ConfigError, RunInterrupted
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("experiment (also settable in --config TOML, same names with _)")
+    for f in dataclasses.fields(C.RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = type(f.default) if f.default is not dataclasses.MISSING else str
+        kwargs = {"default": None, "help": f"{f.metadata['help']} (default: {f.default!r})"}
+        if f.name == "batch_size":
+            kwargs["type"] = str
+        elif f.name == "target_acc":
+            kwargs.update(type=float, nargs="+")
+        else:
+            kwargs["type"] = kind
+        group.add_argument(flag, **kwargs)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedcore", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one federated training experiment")
+    run.add_argument("--config", type=Path, help="TOML file of experiment settings (flags override it)")
+    _add_config_flags(run)
+    rt = run.add_argument_group("runtime (never changes the numbers)")
+    rt.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    rt.add_argument("--client-chunk", type=int, default=0,
+                    help="clients trained at once; bounds memory (default: 0 = automatic)")
+    rt.add_argument("--checkpoint-every", type=int, default=0,
+                    help="write a checkpoint every k rounds (default: 0 = only on Ctrl-C)")
+    rt.add_argument("--resume", action="store_true", help="continue from the checkpoint beside --out")
+    rt.add_argument("--out", type=Path, help="results JSON path (default: runs/<name>-<config hash>.json)")
+    rt.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    bench = sub.add_parser("bench", help="vectorized engine vs plain per-client loop, client-samples/s")
+    bench.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed repetitions, best kept (default: 3)")
+    bench.add_argument("--only", nargs="+", help="benchmark case names to run (default: all)")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace) -> C.RunConfig:
+    values = C.load_toml(args.config) if args.config else {}
+    source = f"--config {args.config}" if args.config else "flags"
+    values.update({k: v for k, v in vars(args).items() if k in C.field_names() and v is not None})
+    return C.from_mapping(values, source)
+
+
+def _print_summary(doc: dict) -> None:
+    cfg, s, env = doc["config"], doc["summary"], doc["env"]
+    b = cfg["batch_size"] or "inf"
+    print(f"{cfg['algorithm']} | {cfg['dataset']} {cfg['model']} | {cfg['partition']} K={cfg['clients']} "
+          f"C={cfg['fraction']} E={cfg['local_epochs']} B={b} lr={cfg['lr']} | seed {cfg['seed']}")
+    print(f"rounds {s['rounds_completed']}  final acc {s['final_acc']:.4f}  best acc {s['best_acc']:.4f}  "
+          f"wall {s['total_wall_s']:.1f} s on {env['device_name']} ({env['device']})")
+    for target, r in s["rounds_to_target"].items():
+        interp = "not reached" if r["interpolated"] is None else f"{r['interpolated']:.1f}"
+        print(f"rounds to {target}: {interp} (running max, interpolated; first evaluated round: "
+              f"{r['first_round'] if r['first_round'] is not None else 'not reached'})")
+    print(f"results: {doc['path']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from fedcore import experiment
+
+            cfg = _config_from_args(args)
+            runtime = C.Runtime(device=args.device, client_chunk=args.client_chunk,
+                                checkpoint_every=args.checkpoint_every, out=args.out, resume=args.resume,
+                                progress=not args.quiet)
+            _print_summary(experiment.run(cfg, runtime))
+        elif args.command == "bench":
+            from fedcore import bench
+
+            bench.main(device=args.device, repeats=args.repeats, only=args.only)
+    except ConfigError as exc:
+        print(f"fedcore: error: {exc}", file=sys.stderr)
+        return 2
+    except RunInterrupted as exc:
+        print(f"fedcore: {exc}", file=sys.stderr)
+        return 130
+    return 0

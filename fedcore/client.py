@@ -1,0 +1,197 @@
+"""Local client training: a vectorized cohort engine and the plain per-client reference it must match.
+
+Semantics (both paths): each client starts from its own start point, runs E epochs over its own data,
+reshuffled every epoch by its own generator, in minibatches of B (B=0: the whole local dataset; the last
+partial batch is kept), with SGD (learning rate eta, weight decay lambda, optional momentum) on the
+mean cross-entropy of the batch, plus optional terms an algorithm asks for:
+  prox_mu/2 * ||w - anchor||^2      (FedProx's proximal term)
+  <grad_shift, w>                    (a linear correction: SCAFFOLD, FedDyn, FedDC)
+The engine knows nothing about federation: algorithms choose start points and read the results.
+
+The fast path trains a chunk of clients at once with torch.func (vmap over grad of a functional call).
+Clients of unequal size are trained exactly: at every step the active clients are grouped by their
+current batch length, so no example is padded or dropped. BatchNorm layers use each client's own batch
+statistics and update each client's own running statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fedcore import params as P
+from fedcore.data import Dataset
+from fedcore.errors import ConfigError
+
+# Examples per vmapped call when the chunk size is chosen automatically: bounds activation memory.
+AUTO_CHUNK_EXAMPLES = {"cpu": 8192, "cuda": 262144}
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """One round's local training hyperparameters (McMahan et al.'s E, B, eta; plus lambda, momentum, mu)."""
+
+    epochs: int  # E
+    batch_size: int  # B; 0 means the whole local dataset (McMahan's B = inf)
+    lr: float  # eta for this round
+    weight_decay: float = 0.0  # lambda
+    momentum: float = 0.0
+    prox_mu: float = 0.0  # FedProx mu
+
+    def batch_len(self, n: int) -> int:
+        return n if self.batch_size == 0 else min(self.batch_size, n)
+
+
+@dataclass
+class CohortResult:
+    """Per-client outcome, stacked on a leading client dimension."""
+
+    params: P.Params  # trainable parameters after local training
+    buffers: P.Params  # BatchNorm running statistics (empty for models without buffers)
+    num_examples: torch.Tensor  # n_k
+    train_loss: torch.Tensor  # mean minibatch cross-entropy over the client's local steps
+    steps: torch.Tensor  # local SGD steps taken (E * ceil(n_k / B))
+
+
+def epoch_orders(indices: torch.Tensor, epochs: int, generator: torch.Generator) -> torch.Tensor:
+    """The client's dataset indices in training order: one fresh permutation per epoch, concatenated."""
+    n = len(indices)
+    perms = [torch.randperm(n, generator=generator) for _ in range(epochs)]
+    return indices[torch.cat(perms).to(indices.device)]
+
+
+def _loss(model: nn.Module, params, buffers, x, y, anchor, shift, prox_mu: float):
+    """Local objective for one client; returns (objective, (cross-entropy, updated buffers))."""
+    new_buffers = {k: v.clone() for k, v in buffers.items()}  # BatchNorm updates these in place
+    ce = F.cross_entropy(functional_call(model, {**params, **new_buffers}, (x,)), y)
+    objective = ce
+    if prox_mu:
+        objective = objective + prox_mu / 2 * sum(((params[k] - anchor[k]) ** 2).sum() for k in params)
+    if shift is not None:
+        objective = objective + sum((shift[k] * params[k]).sum() for k in params)
+    return objective, (ce.detach(), new_buffers)
+
+
+def _sgd_update(p: P.Params, g: P.Params, mom: P.Params | None, cfg: LocalTraining) -> None:
+    """In-place torch.optim.SGD step (dampening 0, no Nesterov) on stacked tensors."""
+    for k in p:
+        d = g[k] + cfg.weight_decay * p[k] if cfg.weight_decay else g[k]
+        if mom is not None:
+            mom[k].mul_(cfg.momentum).add_(d)  # starts at zero, so the first step equals torch's buf = d
+            d = mom[k]
+        p[k].sub_(cfg.lr * d)
+
+
+def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, client_indices: list[torch.Tensor],
+                 data: Dataset, cfg: LocalTraining, generators: list[torch.Generator], *,
+                 anchor: P.Params | None = None, grad_shift: P.Params | None = None,
+                 client_chunk: int = 0) -> CohortResult:
+    """Train every client of a cohort; `start`, `start_buffers`, `anchor`, `grad_shift` are stacked [m, ...].
+
+    `client_chunk` clients are trained at once (0: chosen so a call holds about
+    AUTO_CHUNK_EXAMPLES[device] examples); chunks run one after another so memory stays bounded.
+    """
+    m = len(client_indices)
+    sizes = [len(ix) for ix in client_indices]
+    if min(sizes) == 0:
+        raise ConfigError("a client has no training examples; use fewer --clients or another --partition")
+    if client_chunk <= 0:
+        budget = AUTO_CHUNK_EXAMPLES["cuda" if data.train_x.is_cuda else "cpu"]
+        client_chunk = max(1, budget // cfg.batch_len(max(sizes)))
+    if cfg.prox_mu and anchor is None:
+        anchor = start  # FedProx's anchor is the model the client received
+    model.train()
+    outs = []
+    for lo in range(0, m, client_chunk):
+        sl = slice(lo, min(lo + client_chunk, m))
+        outs.append(_train_chunk(
+            model, {k: v[sl] for k, v in start.items()}, {k: v[sl] for k, v in start_buffers.items()},
+            client_indices[sl], data, cfg, generators[sl],
+            None if anchor is None else {k: v[sl] for k, v in anchor.items()},
+            None if grad_shift is None else {k: v[sl] for k, v in grad_shift.items()}))
+    cat = lambda key: {k: torch.cat([o[key][k] for o in outs]) for k in outs[0][key]}  # noqa: E731
+    return CohortResult(cat("params"), cat("buffers"), torch.tensor(sizes),
+                        torch.cat([o["loss"] for o in outs]), torch.cat([o["steps"] for o in outs]))
+
+
+def _train_chunk(model, start, start_buffers, client_indices, data, cfg, generators, anchor, shift) -> dict:
+    c = len(client_indices)
+    device = data.train_x.device
+    n = torch.tensor([len(ix) for ix in client_indices], device=device)
+    blen = n if cfg.batch_size == 0 else torch.clamp(n, max=cfg.batch_size)
+    steps_per_epoch = (n + blen - 1) // blen
+    total_steps = cfg.epochs * steps_per_epoch
+
+    orders = [epoch_orders(ix.to(device), cfg.epochs, g) for ix, g in zip(client_indices, generators)]
+    order_mat = torch.nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [c, E * max n_k]
+
+    p = {k: v.clone() for k, v in start.items()}
+    b = {k: v.clone() for k, v in start_buffers.items()}
+    mom = P.zeros_like(p) if cfg.momentum else None
+    loss_sum = torch.zeros(c, dtype=torch.float64, device=device)
+    zero_anchor = anchor is None
+    step_fn = vmap(grad(lambda pp, bb, x, y, a, s: _loss(model, pp, bb, x, y, a, s, cfg.prox_mu), has_aux=True),
+                   in_dims=(0, 0, 0, 0, None if zero_anchor else 0, None if shift is None else 0))
+    everyone = torch.arange(c, device=device)
+    for s in range(int(total_steps.max())):
+        active = s < total_steps
+        epoch, j = s // steps_per_epoch, s % steps_per_epoch
+        start_pos = epoch * n + j * blen
+        length = torch.minimum(blen, n - j * blen)
+        for L in torch.unique(length[active]).tolist():
+            members = everyone[active & (length == L)]
+            whole = len(members) == c
+            rows = order_mat[members[:, None], start_pos[members, None] + torch.arange(L, device=device)]
+            x, y = data.normalize(data.train_x[rows]), data.train_y[rows]
+            pg = p if whole else P.select(p, members)
+            bg = b if whole else P.select(b, members)
+            ag = {} if zero_anchor else (anchor if whole else P.select(anchor, members))
+            sg = None if shift is None else (shift if whole else P.select(shift, members))
+            g, (ce, new_b) = step_fn(pg, bg, x, y, ag, sg)
+            mg = None if mom is None else (mom if whole else P.select(mom, members))
+            _sgd_update(pg, g, mg, cfg)
+            loss_sum[members] += ce.double()
+            if whole:
+                b = new_b
+            else:
+                for k in p:
+                    p[k][members] = pg[k]
+                    if mom is not None:
+                        mom[k][members] = mg[k]
+                for k in b:
+                    b[k][members] = new_b[k]
+    return {"params": p, "buffers": b, "loss": (loss_sum / total_steps).float(), "steps": total_steps}
+
+
+def train_client_reference(model: nn.Module, start: P.Params, start_buffers: P.Params, indices: torch.Tensor,
+                           data: Dataset, cfg: LocalTraining, generator: torch.Generator, *,
+                           anchor: P.Params | None = None, grad_shift: P.Params | None = None
+                           ) -> tuple[P.Params, P.Params, float]:
+    """The plain loop with torch.optim.SGD that `train_cohort` must reproduce, one client at a time."""
+    model.load_state_dict({**start, **start_buffers})
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    anchor = start if anchor is None else anchor
+    order = epoch_orders(indices.to(data.train_x.device), cfg.epochs, generator)
+    n, blen = len(indices), cfg.batch_len(len(indices))
+    losses = []
+    for e in range(cfg.epochs):
+        epoch_order = order[e * n:(e + 1) * n]
+        for lo in range(0, n, blen):
+            rows = epoch_order[lo:lo + blen]
+            ce = F.cross_entropy(model(data.normalize(data.train_x[rows])), data.train_y[rows])
+            objective = ce
+            named = dict(model.named_parameters())
+            if cfg.prox_mu:
+                objective = objective + cfg.prox_mu / 2 * sum(((named[k] - anchor[k]) ** 2).sum() for k in named)
+            if grad_shift is not None:
+                objective = objective + sum((grad_shift[k] * named[k]).sum() for k in named)
+            opt.zero_grad()
+            objective.backward()
+            opt.step()
+            losses.append(ce.item())
+    return P.trainable(model), P.buffers(model), sum(losses) / len(losses)

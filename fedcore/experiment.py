@@ -1,0 +1,145 @@
+"""The run loop: data, partition, model, then T rounds of (sample clients, algorithm round, evaluate).
+
+`run(cfg, runtime)` returns the results dict (see fedcore.results) and writes it to `runtime.out`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from fedcore import algorithms, checkpoint, data, metrics, models, partition, results, seeding
+from fedcore import params as P
+from fedcore.client import LocalTraining, train_cohort
+from fedcore.config import RunConfig, Runtime
+from fedcore.errors import ConfigError, RunInterrupted
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available; use --device cpu or auto")
+    return torch.device(name)
+
+
+def config_hash(cfg: RunConfig) -> str:
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def default_out(cfg: RunConfig) -> Path:
+    return Path("runs") / f"{cfg.algorithm}-{cfg.model}-{cfg.partition}-{config_hash(cfg)}.json"
+
+
+def sample_clients(cfg: RunConfig, t: int) -> torch.Tensor:
+    """S_t: m = max(C*K, 1) distinct clients, uniformly at random, from round t's own generator."""
+    g = seeding.generator(cfg.seed, "client_sampling", t)
+    return torch.randperm(cfg.clients, generator=g)[:cfg.clients_per_round].sort().values
+
+
+def setup(cfg: RunConfig, device: torch.device):
+    """(dataset on device, client index tensors on device, freshly initialised model) for `cfg`."""
+    ds = data.load(cfg.dataset)
+    if cfg.train_subset or cfg.test_subset:
+        ds = data.subset(ds, cfg.train_subset, cfg.test_subset, seeding.generator(cfg.seed, "subset"))
+    parts = partition.make(cfg.partition, ds.train_y, cfg.clients,
+                           generator=seeding.generator(cfg.seed, "partition"), **cfg.partition_params())
+    with seeding.seeded_global_rng(seeding.derive_seed(cfg.seed, "model_init")):
+        model = models.build(cfg.model, ds.num_classes, ds.input_shape)
+    return ds.to(device), [ix.to(device) for ix in parts], model.to(device)
+
+
+def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
+    evaluated = [r for r in history if r["test_acc"] is not None]
+    rounds, accs = [r["round"] for r in evaluated], [r["test_acc"] for r in evaluated]
+    return {
+        "final_acc": accs[-1],
+        "best_acc": max(accs),
+        "rounds_to_target": {
+            f"{a:g}": {"interpolated": metrics.rounds_to_target_interpolated(rounds, accs, a),
+                       "first_round": metrics.first_round_at(rounds, accs, a)}
+            for a in cfg.target_acc},
+        "rounds_completed": history[-1]["round"],
+        "client_computations": sum(r.get("client_computations", 0) for r in history),
+        "total_wall_s": round(wall_s, 3),
+    }
+
+
+def run(cfg: RunConfig, runtime: Runtime = Runtime()) -> dict:
+    device = resolve_device(runtime.device)
+    out = Path(runtime.out) if runtime.out else default_out(cfg)
+    results.check_writable(out)
+    ckpt_path = out.with_name(out.name + ".ckpt")
+    if ckpt_path.exists() and not runtime.resume:
+        raise ConfigError(f"a checkpoint from an earlier run exists at {ckpt_path}; pass --resume to continue "
+                          f"it or remove it to start over")
+
+    ds, parts, model = setup(cfg, device)
+    algo = algorithms.REGISTRY[cfg.algorithm]
+    state = algo.init(P.trainable(model), P.buffers(model), cfg, cfg.clients)
+    env = results.env_info(device)
+    history: list[dict] = []
+    start_round, wall_before = 0, 0.0
+    if runtime.resume and ckpt_path.exists():
+        saved = checkpoint.load(ckpt_path, config=cfg.to_dict(), state_type=type(state), device=device)
+        state, history, start_round, wall_before = saved["state"], saved["history"], saved["round"], saved["wall_s"]
+    t0 = time.perf_counter()
+    elapsed = lambda: wall_before + time.perf_counter() - t0  # noqa: E731
+
+    def evaluate_into(record: dict, state) -> None:
+        for label, (p, b) in algo.eval_models(state).items():
+            acc, loss = metrics.evaluate(model, p, b, ds)
+            suffix = label[len("test"):]  # "test" -> "", "test_distributed" -> "_distributed"
+            record[f"test_acc{suffix}"], record[f"test_loss{suffix}"] = acc, loss
+
+    if start_round == 0:
+        record = {"round": 0, "test_acc": None, "test_loss": None, "train_loss": None}
+        evaluate_into(record, state)
+        history.append({**record, "wall_s": round(elapsed(), 3)})
+    committed_round = history[-1]["round"]
+
+    bar = tqdm(range(start_round + 1, cfg.rounds + 1), initial=start_round, total=cfg.rounds,
+               disable=not runtime.progress, desc=f"{cfg.algorithm} {cfg.model}", unit="round", leave=False)
+    try:
+        for t in bar:
+            lr_t = cfg.lr * cfg.lr_decay ** (t - 1)
+            local = LocalTraining(cfg.local_epochs, cfg.batch_size, lr_t, cfg.weight_decay, cfg.momentum)
+
+            def train(start, start_buffers, ids, anchor=None, grad_shift=None, prox_mu=0.0):
+                ids = ids.tolist()
+                gens = [seeding.generator(cfg.seed, "client_batches", t, i) for i in ids]
+                return train_cohort(model, start, start_buffers, [parts[i] for i in ids], ds,
+                                    LocalTraining(**{**local.__dict__, "prox_mu": prox_mu}), gens,
+                                    anchor=anchor, grad_shift=grad_shift, client_chunk=runtime.client_chunk)
+
+            inputs = algorithms.RoundInputs(t, lr_t, sample_clients(cfg, t), cfg.weighting, train)
+            new_state, round_metrics = algo.run_round(state, inputs)
+            record = {"round": t, "test_acc": None, "test_loss": None, **round_metrics}
+            if t % cfg.eval_every == 0 or t == cfg.rounds:
+                evaluate_into(record, new_state)
+                bar.set_postfix(acc=f"{record['test_acc']:.4f}")
+            record["wall_s"] = round(elapsed(), 3)
+            history.append(record)
+            state, committed_round = new_state, t
+            if runtime.checkpoint_every and t % runtime.checkpoint_every == 0 and t < cfg.rounds:
+                checkpoint.save(ckpt_path, config=cfg.to_dict(), round=t, state=state, history=history,
+                                wall_s=elapsed())
+    except KeyboardInterrupt:
+        history = [r for r in history if r["round"] <= committed_round]  # drop a half-recorded round
+        checkpoint.save(ckpt_path, config=cfg.to_dict(), round=committed_round, state=state, history=history,
+                        wall_s=elapsed())
+        raise RunInterrupted(committed_round, ckpt_path) from None
+    finally:
+        bar.close()
+
+    doc = {"schema": results.SCHEMA, "config": cfg.to_dict(), "env": env, "rounds": history,
+           "summary": _summary(cfg, history, elapsed())}
+    results.write_json_atomic(out, doc)
+    ckpt_path.unlink(missing_ok=True)
+    doc["path"] = str(out)
+    return doc
