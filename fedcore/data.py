@@ -6,6 +6,7 @@ engine train a whole cohort in one batched call.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,8 @@ class Dataset:
         return tuple(self.train_x.shape[1:])
 
     def normalize(self, x_uint8: torch.Tensor) -> torch.Tensor:
-        """uint8 images (any leading dims) -> float32, scaled to [0, 1] and standardised per channel."""
-        return (x_uint8.float() / 255.0 - self.mean) / self.std
+        """uint8 images (any leading dims) -> floats of mean's dtype, in [0, 1], standardised per channel."""
+        return (x_uint8.to(self.mean.dtype) / 255.0 - self.mean) / self.std
 
     def to(self, device: torch.device | str) -> "Dataset":
         return Dataset(self.name, *(t.to(device) for t in (self.train_x, self.train_y, self.test_x,
@@ -97,10 +98,16 @@ def load(name: str, root: Path | str | None = None, device: torch.device | str =
     if name not in STATS:
         raise ConfigError(f"--dataset must be one of {', '.join(DATASET_NAMES)}; got {name!r}")
     root = Path(root) if root is not None else data_root()
+    return _load_cpu(name, root.resolve()).to(device)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cpu(name: str, root: Path) -> Dataset:
+    """Parsed once per process: notebooks and tests load the same dataset many times. Never mutated."""
     train_x, train_y = _as_uint8_nchw(_open_split(name, root, train=True))
     test_x, test_y = _as_uint8_nchw(_open_split(name, root, train=False))
     mean, std = (torch.tensor(s, dtype=torch.float32).view(1, -1, 1, 1) for s in STATS[name])
-    return Dataset(name, train_x, train_y, test_x, test_y, mean, std).to(device)
+    return Dataset(name, train_x, train_y, test_x, test_y, mean, std)
 
 
 def subset(ds: Dataset, train_size: int, test_size: int, generator: torch.Generator) -> Dataset:

@@ -1,0 +1,89 @@
+"""End-to-end runs on a real MNIST subset: results schema, learning, determinism, checkpoint/resume."""
+
+import json
+
+import pytest
+
+from fedcore import algorithms, experiment, results
+from fedcore.config import RunConfig, Runtime
+from fedcore.errors import ConfigError, RunInterrupted
+from tests.helpers import needs_mnist
+
+pytestmark = needs_mnist
+
+SMOKE = dict(dataset="mnist", model="mcmahan_2nn", partition="iid", clients=10, fraction=0.5, local_epochs=1,
+             batch_size=20, lr=0.1, rounds=4, train_subset=2000, test_subset=500, target_acc=(0.5, 0.99))
+
+
+def _numbers(doc: dict) -> list[dict]:
+    """Everything a run measured except wall-clock time."""
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in doc["rounds"]]
+
+
+def _run(tmp_path, name="run.json", **overrides):
+    return experiment.run(RunConfig(**{**SMOKE, **overrides}),
+                          Runtime(device="cpu", out=tmp_path / name, progress=False))
+
+
+def test_smoke_run_learns_and_writes_a_valid_results_file(tmp_path):
+    doc = _run(tmp_path)
+    on_disk = results.load(tmp_path / "run.json")
+    assert on_disk["config"] == RunConfig(**SMOKE).to_dict()
+    assert on_disk["env"]["torch_version"] and on_disk["env"]["git_commit"]
+    accs = [r["test_acc"] for r in doc["rounds"]]
+    assert [r["round"] for r in doc["rounds"]] == [0, 1, 2, 3, 4]
+    assert accs[-1] > accs[0] + 0.3
+    assert doc["summary"]["rounds_to_target"]["0.5"]["first_round"] is not None
+    assert doc["summary"]["rounds_to_target"]["0.99"] == {"interpolated": None, "first_round": None}
+    assert all(r["N"] <= r["E"] + 1e-9 for r in doc["rounds"][1:])
+
+
+def test_same_config_and_seed_give_identical_numbers(tmp_path):
+    a, b = _run(tmp_path, "a.json"), _run(tmp_path, "b.json")
+    assert _numbers(a) == _numbers(b)
+    assert _numbers(_run(tmp_path, "c.json", seed=1)) != _numbers(a)
+
+
+def test_evaluation_every_k_rounds_and_at_the_end(tmp_path):
+    doc = _run(tmp_path, rounds=5, eval_every=2)
+    assert [r["round"] for r in doc["rounds"] if r["test_acc"] is not None] == [0, 2, 4, 5]
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    uninterrupted = _run(tmp_path, "full.json", rounds=5)
+
+    real_round = algorithms.fedavg.run_round
+
+    def crash_in_round_4(state, inputs):
+        if inputs.round == 4:
+            raise KeyboardInterrupt  # what Ctrl-C raises
+        return real_round(state, inputs)
+
+    monkeypatch.setattr(algorithms.fedavg, "run_round", crash_in_round_4)
+    cfg = RunConfig(**{**SMOKE, "rounds": 5})
+    out = tmp_path / "resumed.json"
+    with pytest.raises(RunInterrupted) as info:
+        experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, checkpoint_every=2))
+    assert info.value.round == 3 and info.value.checkpoint.exists()
+    monkeypatch.setattr(algorithms.fedavg, "run_round", real_round)
+
+    with pytest.raises(ConfigError, match="--resume"):
+        experiment.run(cfg, Runtime(device="cpu", out=out, progress=False))
+    resumed = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True))
+    assert _numbers(resumed) == _numbers(uninterrupted)
+    assert not info.value.checkpoint.exists()
+
+
+def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch):
+    out = tmp_path / "r.json"
+    monkeypatch.setattr(algorithms.fedavg, "run_round", lambda s, i: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(RunInterrupted):
+        experiment.run(RunConfig(**SMOKE), Runtime(device="cpu", out=out, progress=False))
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="different config.*lr"):
+        experiment.run(RunConfig(**{**SMOKE, "lr": 0.2}), Runtime(device="cpu", out=out, progress=False, resume=True))
+
+
+def test_results_file_is_plain_json(tmp_path):
+    _run(tmp_path, rounds=1)
+    json.loads((tmp_path / "run.json").read_text())
