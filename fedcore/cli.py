@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="vectorized engine vs plain per-client loop, client-samples/s")
     bench.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     bench.add_argument("--repeats", type=int, default=3, help="timed repetitions, best kept (default: 3)")
-    bench.add_argument("--only", nargs="+", help="benchmark case names to run (default: all)")
+    bench.add_argument("--only", nargs="+", help="run only cases whose name contains one of these words")
+    bench.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     return parser
 
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             from fedcore import bench
 
-            bench.main(device=args.device, repeats=args.repeats, only=args.only)
+            bench.main(device=args.device, repeats=args.repeats, only=args.only, out=args.out)
     except ConfigError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 2
