@@ -56,9 +56,9 @@ class CohortResult:
 
     params: P.Params  # trainable parameters after local training
     buffers: P.Params  # BatchNorm running statistics (empty for models without buffers)
-    num_examples: torch.Tensor  # n_k
-    train_loss: torch.Tensor  # mean minibatch cross-entropy over the client's local steps
-    steps: torch.Tensor  # local SGD steps taken (E * ceil(n_k / B))
+    num_examples: torch.Tensor  # n_k (CPU)
+    train_loss: torch.Tensor  # mean minibatch cross-entropy over the client's local steps (CPU)
+    steps: torch.Tensor  # local SGD steps taken, E * ceil(n_k / B) (CPU)
 
 
 def epoch_orders(indices: torch.Tensor, epochs: int, generator: torch.Generator) -> torch.Tensor:
@@ -128,7 +128,7 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
             None if grad_shift is None else {k: v[sl] for k, v in grad_shift.items()}))
     cat = lambda key: {k: torch.cat([o[key][k] for o in outs]) for k in outs[0][key]}  # noqa: E731
     return CohortResult(cat("params"), cat("buffers"), torch.tensor(sizes),
-                        torch.cat([o["loss"] for o in outs]), torch.cat([o["steps"] for o in outs]))
+                        torch.cat([o["loss"] for o in outs]).cpu(), torch.cat([o["steps"] for o in outs]).cpu())
 
 
 def _train_chunk(model, start, start_buffers, client_indices, data, cfg, generators, anchor, shift) -> dict:

@@ -17,7 +17,6 @@ from fedcore.errors import ConfigError
 
 PARTITIONS = ("iid", "shards", "power_law", "lognormal", "dirichlet")
 WEIGHTINGS = ("samples", "uniform")
-ALGORITHMS = ("fedavg",)
 
 
 def _help(text: str, **kw):
@@ -28,7 +27,8 @@ def _help(text: str, **kw):
 class RunConfig:
     dataset: str = _help("mnist, fashion_mnist or cifar10", default="mnist")
     model: str = _help("network, see fedcore.models", default="mcmahan_2nn")
-    algorithm: str = _help("federated algorithm", default="fedavg")
+    algorithm: str = _help("federated algorithm: fedavg, fedprox, normnorm, momentum, fednnnn, fedumf, "
+                           "scaffold, feddyn, feddc", default="fedavg")
     partition: str = _help("client data split: " + ", ".join(PARTITIONS), default="iid")
     clients: int = _help("K (McMahan) / n (FedUmf): number of clients", default=100)
     fraction: float = _help("C: fraction of clients per round, m = max(C*K, 1); 0 means one client", default=0.1)
@@ -51,6 +51,14 @@ class RunConfig:
                                     default=0)
     lognormal_sigma: float = _help("lognormal partition: sigma of the client-size distribution", default=0.3)
     dirichlet_alpha: float = _help("dirichlet partition: concentration of class proportions", default=0.6)
+    beta: float = _help("normnorm / fednnnn: norm scale beta (FedNNNN eq. 8, 12)", default=1.0)
+    gamma: float = _help("momentum / fednnnn: server momentum gamma (FedNNNN eq. 10, 12)", default=0.0)
+    mu: float = _help("fedprox: proximal coefficient mu", default=0.0)
+    alpha: float = _help("fedumf: fusion coefficient alpha in [0, 1]", default=1.0)
+    feddyn_alpha: float = _help("feddyn: regularisation alpha", default=0.01)
+    feddc_alpha: float = _help("feddc: drift penalty alpha", default=0.01)
+    noise_std: float = _help("sigma of Gaussian noise added to every uploaded client model "
+                             "(McMahan replication poster sec. 2.4)", default=0.0)
     train_subset: int = _help("use a random subset of this many training examples (0 = all)", default=0)
     test_subset: int = _help("use a random subset of this many test examples (0 = all)", default=0)
 
@@ -59,11 +67,11 @@ class RunConfig:
             if not ok:
                 raise ConfigError(f"--{flag} must be {allowed}; got {getattr(self, flag.replace('-', '_'))!r}")
 
-        from fedcore import data, models  # the registries live with their modules
+        from fedcore import algorithms, data, models  # the registries live with their modules
 
         need(self.dataset in data.DATASET_NAMES, "dataset", "one of " + ", ".join(data.DATASET_NAMES))
         need(self.model in models.MODEL_NAMES, "model", "one of " + ", ".join(models.MODEL_NAMES))
-        need(self.algorithm in ALGORITHMS, "algorithm", "one of " + ", ".join(ALGORITHMS))
+        need(self.algorithm in algorithms.NAMES, "algorithm", "one of " + ", ".join(algorithms.NAMES))
         need(self.partition in PARTITIONS, "partition", "one of " + ", ".join(PARTITIONS))
         need(self.weighting in WEIGHTINGS, "weighting", "one of " + ", ".join(WEIGHTINGS))
         need(self.clients >= 1, "clients", ">= 1")
@@ -77,6 +85,13 @@ class RunConfig:
         need(self.rounds >= 1, "rounds", ">= 1")
         need(self.eval_every >= 1, "eval-every", ">= 1")
         need(all(0 < a <= 1 for a in self.target_acc), "target-acc", "accuracies in (0, 1]")
+        need(self.beta > 0, "beta", "> 0")
+        need(0 <= self.gamma < 1, "gamma", "in [0, 1)")
+        need(self.mu >= 0, "mu", ">= 0")
+        need(0 <= self.alpha <= 1, "alpha", "in [0, 1] (FedUmf: alpha in (0, 1]; 0 turns fusion off)")
+        need(self.feddyn_alpha > 0, "feddyn-alpha", "> 0")
+        need(self.feddc_alpha > 0, "feddc-alpha", "> 0")
+        need(self.noise_std >= 0, "noise-std", ">= 0")
         need(self.train_subset >= 0, "train-subset", ">= 0")
         need(self.test_subset >= 0, "test-subset", ">= 0")
 

@@ -129,3 +129,19 @@ def layer_kind(module: nn.Module) -> str:
     if isinstance(module, nn.Linear):
         return "fc"
     return "norm"
+
+
+def layer_groups(model: nn.Module) -> dict[str, tuple[str, str]]:
+    """Trainable parameter name -> (layer label, kind): conv1, conv2, ..., fc1, ..., norm1, ... in forward
+    order, so per-layer N/E plots read like the papers' architecture tables."""
+    counts: dict[str, int] = {}
+    groups = {}
+    for module_name, module in model.named_modules():
+        own = list(module.named_parameters(recurse=False))
+        if not own:
+            continue
+        kind = layer_kind(module)
+        counts[kind] = counts.get(kind, 0) + 1
+        for pname, _ in own:
+            groups[f"{module_name}.{pname}" if module_name else pname] = (f"{kind}{counts[kind]}", kind)
+    return groups

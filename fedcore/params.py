@@ -58,7 +58,7 @@ def zeros_like(a: Params) -> Params:
 
 def weighted_sum(stacked: Params, weights: torch.Tensor) -> Params:
     """sum_k weights[k] * stacked[k] over the leading client dimension."""
-    return {k: torch.tensordot(weights.to(v.dtype), v, dims=1) for k, v in stacked.items()}
+    return {k: torch.tensordot(weights.to(v.device, v.dtype), v, dims=1) for k, v in stacked.items()}
 
 
 def flatten(params: Params) -> torch.Tensor:
@@ -78,3 +78,13 @@ def norm(params: Params) -> torch.Tensor:
 def client_norms(stacked: Params) -> torch.Tensor:
     """[m] L2 norm of each client's Params taken as one vector."""
     return torch.sqrt(sum((v.double() ** 2).reshape(v.shape[0], -1).sum(1) for v in stacked.values()))
+
+
+def ones_weights(m: int) -> torch.Tensor:
+    """[m] float64 ones: with a scale, the weights of a plain (unweighted) sum over clients."""
+    return torch.ones(m, dtype=torch.float64)
+
+
+def scatter_rows(stacked: Params, idx: torch.Tensor, rows: Params) -> Params:
+    """A copy of `stacked` with rows idx replaced by `rows`."""
+    return {k: v.index_copy(0, idx.to(v.device), rows[k]) for k, v in stacked.items()}

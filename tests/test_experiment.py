@@ -1,5 +1,6 @@
 """End-to-end runs on a real MNIST subset: results schema, learning, determinism, checkpoint/resume."""
 
+import dataclasses
 import json
 
 import pytest
@@ -52,20 +53,25 @@ def test_evaluation_every_k_rounds_and_at_the_end(tmp_path):
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     uninterrupted = _run(tmp_path, "full.json", rounds=5)
 
-    real_round = algorithms.fedavg.run_round
+    real_make = algorithms.make
 
-    def crash_in_round_4(state, inputs):
-        if inputs.round == 4:
-            raise KeyboardInterrupt  # what Ctrl-C raises
-        return real_round(state, inputs)
+    def crashing_in_round_4(cfg):
+        algo = real_make(cfg)
 
-    monkeypatch.setattr(algorithms.fedavg, "run_round", crash_in_round_4)
+        def run_round(state, inputs):
+            if inputs.round == 4:
+                raise KeyboardInterrupt  # what Ctrl-C raises
+            return algo.run_round(state, inputs)
+
+        return dataclasses.replace(algo, run_round=run_round)
+
+    monkeypatch.setattr(algorithms, "make", crashing_in_round_4)
     cfg = RunConfig(**{**SMOKE, "rounds": 5})
     out = tmp_path / "resumed.json"
     with pytest.raises(RunInterrupted) as info:
         experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, checkpoint_every=2))
     assert info.value.round == 3 and info.value.checkpoint.exists()
-    monkeypatch.setattr(algorithms.fedavg, "run_round", real_round)
+    monkeypatch.undo()
 
     with pytest.raises(ConfigError, match="--resume"):
         experiment.run(cfg, Runtime(device="cpu", out=out, progress=False))
@@ -76,7 +82,14 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
 
 def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch):
     out = tmp_path / "r.json"
-    monkeypatch.setattr(algorithms.fedavg, "run_round", lambda s, i: (_ for _ in ()).throw(KeyboardInterrupt))
+    def interrupted(cfg):
+        def run_round(state, inputs):
+            raise KeyboardInterrupt
+
+        return dataclasses.replace(real_make(cfg), run_round=run_round)
+
+    real_make = algorithms.make
+    monkeypatch.setattr(algorithms, "make", interrupted)
     with pytest.raises(RunInterrupted):
         experiment.run(RunConfig(**SMOKE), Runtime(device="cpu", out=out, progress=False))
     monkeypatch.undo()

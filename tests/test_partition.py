@@ -138,7 +138,8 @@ def test_power_law_non_iid_gives_two_balanced_classes_per_client(problem):
 
 
 @FAST
-@given(problems(min_clients=2), st.floats(0.1, 1.0))
+# Five or more clients: with two, equal sizes happen by chance (~0.5% of draws for n ~ 450, sigma 0.5).
+@given(problems(min_clients=5), st.floats(0.1, 1.0))
 def test_lognormal_sizes_are_unequal_and_nonempty(problem, sigma):
     labels, k, seed = problem
     parts = partition.lognormal(labels, k, sigma=sigma, generator=gen(seed))
