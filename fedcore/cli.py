@@ -43,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
     rt.add_argument("--out", type=Path, help="results JSON path (default: runs/<name>-<config hash>.json)")
     rt.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    rep = sub.add_parser("reproduce", help="run a paper table's cells at a scale and print the scoreboard")
+    rep.add_argument("name", nargs="?", help="experiment name (see --list)")
+    rep.add_argument("--scale", default="cpu", help="paper, cpu or smoke (default: cpu)")
+    rep.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    rep.add_argument("--only", nargs="+", metavar="CELL", help="run only these cells")
+    rep.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes (default: 1)")
+    rep.add_argument("--list", action="store_true", help="list experiments and how many runs are done")
+    rep.add_argument("--scoreboard", action="store_true", help="print the scoreboard without running")
+
     bench = sub.add_parser("bench", help="vectorized engine vs plain per-client loop, client-samples/s")
     bench.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     bench.add_argument("--repeats", type=int, default=3, help="timed repetitions, best kept (default: 3)")
@@ -83,6 +92,23 @@ def main(argv: list[str] | None = None) -> int:
                                 checkpoint_every=args.checkpoint_every, out=args.out, resume=args.resume,
                                 progress=not args.quiet)
             _print_summary(experiment.run(cfg, runtime))
+        elif args.command == "reproduce":
+            from fedcore import experiments, reproduce
+
+            if args.list:
+                print(reproduce.listing())
+                return 0
+            if not args.name:
+                raise ConfigError("reproduce needs an experiment name or --list; known: "
+                                  + ", ".join(experiments.names()))
+            if args.jobs < 1:
+                raise ConfigError(f"--jobs must be >= 1; got {args.jobs}")
+            if args.scoreboard:
+                exp = experiments.load(args.name, args.scale)
+            else:
+                exp = reproduce.reproduce(args.name, args.scale, device=args.device, only=args.only,
+                                          jobs=args.jobs)
+            print(reproduce.format_scoreboard(exp, reproduce.scoreboard(exp)))
         elif args.command == "bench":
             from fedcore import bench
 

@@ -65,6 +65,15 @@ def data_root() -> Path:
     return Path(os.environ.get("FEDCORE_DATA", "data"))
 
 
+def available(name: str, root: Path | str | None = None) -> bool:
+    """Whether `name`'s files are on disk under the data root (no download attempted)."""
+    root = Path(root) if root is not None else data_root()
+    first_file = {"mnist": "MNIST/raw/train-images-idx3-ubyte",
+                  "fashion_mnist": "FashionMNIST/raw/train-images-idx3-ubyte",
+                  "cifar10": "cifar-10-batches-py/data_batch_1"}[name]
+    return (root / first_file).exists()
+
+
 def _torchvision_split(name: str, root: Path, train: bool, download: bool):
     import torchvision.datasets as tvd
 

@@ -1,0 +1,100 @@
+"""Experiments as data: one TOML file per paper table or figure in experiments/, plus the papers'
+published numbers in experiments/published.toml (the one place the book and scoreboard read them from).
+
+An experiment file holds
+    title, reference, metric ("rounds_to_target" or "final_acc"), rule, targets
+    [base]            RunConfig fields shared by every cell (the paper's settings)
+    [scales.<s>]      overrides per scale (paper / cpu / smoke), with a `note` saying what was reduced
+                      and optionally `cells = [...]` to run only some cells at that scale
+    [[cells]]         name + RunConfig overrides (+ optional lr_grid = [...])
+    [choices]         settings the paper leaves open: value and reason, written beside the config
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedcore import config as C
+from fedcore.errors import ConfigError
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+SCALES = ("paper", "cpu", "smoke")
+METRICS = ("rounds_to_target", "final_acc")
+
+
+@dataclass(frozen=True)
+class Cell:
+    experiment: str
+    name: str
+    config: C.RunConfig
+    lr_grid: tuple[float, ...] = ()  # McMahan's protocol: run each lr, keep the best
+
+    def variants(self) -> list[tuple[str, C.RunConfig]]:
+        """(run id, config) for each learning rate this cell runs."""
+        if not self.lr_grid:
+            return [(self.name, self.config)]
+        return [(f"{self.name}--lr{lr:g}", C.from_mapping({**self.config.to_dict(), "lr": lr}, self.name))
+                for lr in self.lr_grid]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    reference: str
+    metric: str
+    rule: str
+    targets: tuple[float, ...]
+    scale: str
+    scale_note: str
+    cells: tuple[Cell, ...]
+    choices: dict = field(default_factory=dict)
+    published: dict = field(default_factory=dict)  # cell name -> {target or "acc": value or None}
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def names(directory: Path = EXPERIMENTS_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.toml") if p.stem != "published")
+
+
+def published(directory: Path = EXPERIMENTS_DIR) -> dict:
+    return _read_toml(directory / "published.toml")
+
+
+def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR) -> Experiment:
+    if scale not in SCALES:
+        raise ConfigError(f"--scale must be one of {', '.join(SCALES)}; got {scale!r}")
+    path = directory / f"{name}.toml"
+    if not path.exists():
+        raise ConfigError(f"unknown experiment {name!r}; known: {', '.join(names(directory))}")
+    doc = _read_toml(path)
+    if doc.get("metric") not in METRICS:
+        raise ConfigError(f"{path}: metric must be one of {', '.join(METRICS)}")
+    scale_doc = dict(doc.get("scales", {}).get(scale, {}))
+    note = scale_doc.pop("note", "the paper's settings" if scale == "paper" else "")
+    only = scale_doc.pop("cells", None)
+    scale_lr_grid = scale_doc.pop("lr_grid", None)
+    cells = []
+    for entry in doc["cells"]:
+        entry = dict(entry)
+        cell_name, lr_grid = entry.pop("name"), tuple(entry.pop("lr_grid", ()))
+        if only is not None and cell_name not in only:
+            continue
+        values = {**doc.get("base", {}), **entry, **scale_doc}
+        cfg = C.from_mapping(values, f"{path} cell {cell_name}")
+        cells.append(Cell(name, cell_name, cfg, tuple(lr_grid if scale_lr_grid is None else scale_lr_grid)))
+    table = published(directory).get(doc.get("published", name), {})
+    return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
+                      tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
+                      table.get("cells", {}))

@@ -1,0 +1,186 @@
+"""`fedcore reproduce`: run every cell of a paper table at a scale, resume what was interrupted, and print
+the scoreboard (paper value, ours, difference, scale, status) from the results store in results/.
+
+A results file is reused only if it holds exactly the cell's config and was written by this fedcore
+version; anything else (corrupt, foreign, stale) is reported and renamed aside, never mixed into tables.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from fedcore import __version__, data, experiments, results
+from fedcore.config import RunConfig, Runtime
+from fedcore.errors import ConfigError
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+CHECKPOINT_EVERY = 10  # rounds: a kill loses at most this many
+
+
+def run_path(results_dir: Path, exp: experiments.Experiment, run_id: str) -> Path:
+    return results_dir / exp.name / exp.scale / f"{run_id}.json"
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    config: RunConfig
+    path: Path
+    status: str  # done | missing | stale | corrupt | no-data
+    doc: dict | None = None
+    detail: str = ""
+
+
+def inspect(exp: experiments.Experiment, cell: experiments.Cell, results_dir: Path) -> list[RunStatus]:
+    out = []
+    for run_id, cfg in cell.variants():
+        path = run_path(results_dir, exp, run_id)
+        if not data.available(cfg.dataset):
+            out.append(RunStatus(run_id, cfg, path, "no-data",
+                                 detail=f"not run: {cfg.dataset} not available offline"))
+        elif not path.exists():
+            out.append(RunStatus(run_id, cfg, path, "missing", detail="not run"))
+        else:
+            try:
+                doc = results.load(path)
+            except ConfigError as exc:
+                out.append(RunStatus(run_id, cfg, path, "corrupt", detail=str(exc)))
+                continue
+            if doc["config"] != cfg.to_dict():
+                out.append(RunStatus(run_id, cfg, path, "stale", doc, "config changed since this run"))
+            elif doc["env"].get("fedcore_version") != __version__:
+                out.append(RunStatus(run_id, cfg, path, "stale", doc,
+                                     f"written by fedcore {doc['env'].get('fedcore_version')}"))
+            else:
+                out.append(RunStatus(run_id, cfg, path, "done", doc))
+    return out
+
+
+def set_aside(path: Path, why: str) -> Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    aside = path.with_name(f"{path.name}.{why}-{stamp}")
+    os.replace(path, aside)
+    return aside
+
+
+def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: bool) -> str:
+    import torch
+
+    from fedcore import experiment
+
+    if threads:
+        torch.set_num_threads(threads)
+    experiment.run(cfg, Runtime(device=device, out=Path(path), checkpoint_every=CHECKPOINT_EVERY,
+                                resume=True, progress=progress))
+    return path
+
+
+def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | None = None, jobs: int = 1,
+              results_dir: Path = RESULTS_DIR, log=print) -> experiments.Experiment:
+    exp = experiments.load(name, scale)
+    cells = [c for c in exp.cells if not only or c.name in only]
+    if only and not cells:
+        raise ConfigError(f"--only: no cell of {name} is named {', '.join(only)}; "
+                          f"cells: {', '.join(c.name for c in exp.cells)}")
+    todo = []
+    for cell in cells:
+        for st in inspect(exp, cell, results_dir):
+            if st.status in ("corrupt", "stale"):
+                log(f"{st.path}: {st.detail}; moved aside to {set_aside(st.path, st.status).name}")
+            if st.status == "no-data":
+                log(f"{exp.name}/{st.run_id}: {st.detail}")
+            elif st.status != "done":
+                todo.append(st)
+    log(f"{exp.name} [{scale}]: {len(todo)} run(s) to do" + (f" ({exp.scale_note})" if exp.scale_note else ""))
+    if jobs <= 1:
+        for i, st in enumerate(todo, 1):
+            log(f"[{i}/{len(todo)}] {st.run_id}")
+            _run_one(st.config, str(st.path), device, 0, True)
+    else:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False) for st in todo]
+            for i, f in enumerate(futures, 1):
+                log(f"[{i}/{len(todo)}] done {Path(f.result()).stem}")
+    return exp
+
+
+def _cell_value(exp: experiments.Experiment, doc: dict, key: str):
+    """Our number for one paper column: rounds to `key` (a target) under the paper's rule, or accuracy."""
+    if exp.metric == "final_acc":
+        return doc["summary"]["final_acc"]
+    return doc["summary"]["rounds_to_target"].get(key, {}).get(exp.rule)
+
+
+def _best(exp: experiments.Experiment, statuses: list[RunStatus]) -> RunStatus | None:
+    """McMahan's protocol for an lr grid: keep the learning rate with the best result."""
+    done = [s for s in statuses if s.status == "done"]
+    if not done:
+        return None
+
+    def score(st):
+        if exp.metric == "final_acc":
+            return (st.doc["summary"]["final_acc"],)
+        first = _cell_value(exp, st.doc, f"{exp.targets[0]:g}")
+        return (first is not None, -(first or 0), st.doc["summary"]["best_acc"])
+
+    return max(done, key=score)
+
+
+def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> list[dict]:
+    """One row per (cell, paper column): paper value, ours, difference, scale, status, chosen run."""
+    rows = []
+    for cell in exp.cells:
+        statuses = inspect(exp, cell, results_dir)
+        best = _best(exp, statuses)
+        keys = [f"{t:g}" for t in exp.targets] if exp.metric == "rounds_to_target" else ["acc"]
+        for key in keys:
+            paper = exp.published.get(cell.name, {}).get(key)
+            ours = None if best is None else _cell_value(exp, best.doc, key)
+            if exp.metric == "final_acc" and ours is not None:
+                ours = round(100 * ours, 2)  # the papers print accuracy in percent
+            if best is None:
+                status = next((s.detail for s in statuses if s.status == "no-data"), "not run")
+            else:
+                status = "done" + ("" if ours is not None or exp.metric == "final_acc"
+                                   else f": not reached in {best.doc['summary']['rounds_completed']} rounds")
+            rows.append({
+                "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
+                "ours": None if ours is None else round(ours, 2),
+                "diff": None if ours is None or not isinstance(paper, (int, float)) else round(ours - paper, 2),
+                "scale": exp.scale, "status": status,
+                "run": None if best is None else best.run_id,
+                "device": None if best is None else best.doc["env"]["device_name"],
+                "commit": None if best is None else best.doc["env"]["git_commit"][:12],
+            })
+    return rows
+
+
+def format_scoreboard(exp: experiments.Experiment, rows: list[dict]) -> str:
+    unit = "accuracy %" if exp.metric == "final_acc" else f"rounds ({exp.rule} rule)"
+    lines = [f"{exp.title} - {exp.reference}", f"scale: {exp.scale} ({exp.scale_note}); values: {unit}",
+             f"{'cell':<28}{'column':>8}{'paper':>9}{'ours':>9}{'diff':>9}  status"]
+    fmt = lambda v: "-" if v is None else (v if isinstance(v, str) else f"{v:g}")  # noqa: E731
+    for r in rows:
+        lines.append(f"{r['cell']:<28}{r['column']:>8}{fmt(r['paper']):>9}{fmt(r['ours']):>9}"
+                     f"{fmt(r['diff']):>9}  {r['status']}")
+    return "\n".join(lines)
+
+
+def listing(results_dir: Path = RESULTS_DIR) -> str:
+    lines = [f"{'experiment':<30}" + "".join(f"{s:>14}" for s in experiments.SCALES) + "  title"]
+    for name in experiments.names():
+        counts, title = [], ""
+        for scale in experiments.SCALES:
+            exp = experiments.load(name, scale)
+            title = exp.title
+            runs = [st for c in exp.cells for st in inspect(exp, c, results_dir)]
+            counts.append(f"{sum(st.status == 'done' for st in runs)}/{len(runs)} done")
+        lines.append(f"{name:<30}" + "".join(f"{c:>14}" for c in counts) + f"  {title}")
+    return "\n".join(lines)
+
