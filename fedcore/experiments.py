@@ -4,9 +4,9 @@ published numbers in experiments/published.toml (the one place the book and scor
 An experiment file holds
     title, reference, metric ("rounds_to_target" or "final_acc"), rule, targets
     [base]            RunConfig fields shared by every cell (the paper's settings)
-    [scales.<s>]      overrides per scale (paper / cpu / smoke), with a `note` saying what was reduced
-                      and optionally `cells = [...]` to run only some cells at that scale
-    [[cells]]         name + RunConfig overrides (+ optional lr_grid = [...])
+    [scales.<s>]      overrides of [base] per scale (paper / cpu / smoke), with a `note` saying what was
+                      reduced, optionally `cells = [...]` (run only these) and `lr_grid = [...]`
+    [[cells]]         name + RunConfig overrides (+ optional lr_grid = [...]); they win over the scale
     [choices]         settings the paper leaves open: value and reason, written beside the config
 """
 
@@ -91,7 +91,7 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR) -> Experiment
         cell_name, lr_grid = entry.pop("name"), tuple(entry.pop("lr_grid", ()))
         if only is not None and cell_name not in only:
             continue
-        values = {**doc.get("base", {}), **entry, **scale_doc}
+        values = {**doc.get("base", {}), **scale_doc, **entry}  # a cell's own settings define it at every scale
         cfg = C.from_mapping(values, f"{path} cell {cell_name}")
         cells.append(Cell(name, cell_name, cfg, tuple(lr_grid if scale_lr_grid is None else scale_lr_grid)))
     table = published(directory).get(doc.get("published", name), {})

@@ -81,8 +81,9 @@ def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: boo
 
 
 def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | None = None, jobs: int = 1,
-              results_dir: Path = RESULTS_DIR, log=print) -> experiments.Experiment:
-    exp = experiments.load(name, scale)
+              results_dir: Path = RESULTS_DIR, experiments_dir: Path = experiments.EXPERIMENTS_DIR,
+              log=print) -> experiments.Experiment:
+    exp = experiments.load(name, scale, experiments_dir)
     cells = [c for c in exp.cells if not only or c.name in only]
     if only and not cells:
         raise ConfigError(f"--only: no cell of {name} is named {', '.join(only)}; "

@@ -1,0 +1,133 @@
+"""Experiments as data, `fedcore reproduce` and the results store: every experiment's smoke scale runs,
+published values line up with cells, and the store survives kills, corruption and config changes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fedcore import experiments, reproduce
+from tests.helpers import needs_mnist
+
+ALL = experiments.names()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_scale_loads_and_every_cell_has_its_paper_value(name):
+    for scale in experiments.SCALES:
+        exp = experiments.load(name, scale)
+        assert exp.scale_note, f"{name} [{scale}] must say what it runs"
+    exp = experiments.load(name, "paper")
+    if exp.published:  # figures without numbers (NWDA, poster extensions) have none
+        cells = {c.name for c in exp.cells}
+        assert set(exp.published) <= cells
+        keys = {f"{t:g}" for t in exp.targets} if exp.metric == "rounds_to_target" else {"acc"}
+        assert all(set(v) == keys for v in exp.published.values()), name
+
+
+@needs_mnist
+@pytest.mark.parametrize("name", ALL)
+def test_smoke_scale_runs_and_scores(name, tmp_path):
+    exp = reproduce.reproduce(name, "smoke", device="cpu", results_dir=tmp_path, log=lambda *a: None)
+    rows = reproduce.scoreboard(exp, tmp_path)
+    assert rows and all(r["scale"] == "smoke" for r in rows)
+    for r in rows:
+        if exp.cells[0].config.dataset == "cifar10":
+            assert r["status"] == "not run: cifar10 not available offline" and r["ours"] is None
+        else:
+            assert r["status"].startswith("done"), r
+            if exp.metric == "final_acc":
+                assert 0 <= r["ours"] <= 100
+
+
+TINY = textwrap.dedent("""
+    title = "tiny"
+    reference = "test"
+    metric = "rounds_to_target"
+    rule = "interpolated"
+    targets = [0.8]
+    [base]
+    dataset = "mnist"
+    model = "mcmahan_2nn"
+    clients = 10
+    fraction = 0.5
+    batch_size = 20
+    lr = 0.1
+    rounds = 25
+    train_subset = 1000
+    test_subset = 200
+    target_acc = [0.8]
+    [scales.smoke]
+    note = "test"
+    [[cells]]
+    name = "a"
+""")
+
+
+def _tiny(tmp_path, **base_overrides):
+    d = tmp_path / "experiments"
+    d.mkdir(exist_ok=True)
+    text = TINY
+    for k, v in base_overrides.items():
+        text = text.replace(f"\n{k} = ", f"\n{k} = {v}\n# was: ")
+    (d / "tiny.toml").write_text(text)
+    (d / "published.toml").write_text('[tiny.cells]\n"a" = { "0.8" = 12 }\n')
+    return d
+
+
+def _numbers(path):
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in json.loads(path.read_text())["rounds"]]
+
+
+@needs_mnist
+def test_killed_reproduce_resumes_to_the_numbers_of_an_uninterrupted_run(tmp_path):
+    exps = _tiny(tmp_path)
+    script = ("import sys; from pathlib import Path; from fedcore import reproduce; "
+              "reproduce.reproduce('tiny', 'smoke', device='cpu', results_dir=Path(sys.argv[1]), "
+              "experiments_dir=Path(sys.argv[2]), log=lambda *a: None)")
+    run = lambda out: subprocess.Popen([sys.executable, "-c", script, str(out), str(exps)],  # noqa: E731
+                                       env=os.environ, stderr=subprocess.DEVNULL)
+    killed = tmp_path / "killed"
+    proc = run(killed)
+    ckpt = killed / "tiny" / "smoke" / "a.json.ckpt"
+    deadline = time.time() + 120
+    while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)  # a real kill: no handler runs
+    proc.wait()
+    assert ckpt.exists() and not (killed / "tiny" / "smoke" / "a.json").exists()
+    assert run(killed).wait() == 0
+    assert run(tmp_path / "clean").wait() == 0
+    assert _numbers(killed / "tiny" / "smoke" / "a.json") == _numbers(tmp_path / "clean" / "tiny" / "smoke" / "a.json")
+
+
+@needs_mnist
+def test_corrupt_and_stale_results_are_set_aside_and_rerun(tmp_path):
+    exps, results_dir, logs = _tiny(tmp_path, rounds=3), tmp_path / "results", []
+    exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                              log=logs.append)
+    path = results_dir / "tiny" / "smoke" / "a.json"
+    path.write_text("{ truncated")
+    reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps, log=logs.append)
+    assert any("moved aside" in line and "corrupt" in line for line in logs)
+    assert len(list(path.parent.glob("a.json.corrupt-*"))) == 1
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+
+    exps = _tiny(tmp_path, rounds=4)  # the cell's config changed: the old result must not be used
+    exp = experiments.load("tiny", "smoke", exps)
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"] == "not run"
+    reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps, log=logs.append)
+    assert len(list(path.parent.glob("a.json.stale-*"))) == 1
+    assert json.loads(path.read_text())["config"]["rounds"] == 4
+
+
+def test_unknown_experiment_and_scale_are_clear_errors():
+    from fedcore.cli import main
+
+    assert main(["reproduce", "nope", "--scale", "smoke", "--scoreboard"]) == 2
+    assert main(["reproduce", ALL[0], "--scale", "huge", "--scoreboard"]) == 2
