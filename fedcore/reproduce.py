@@ -15,6 +15,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from fedcore import __version__, data, experiments, results
+from fedcore import config as C
 from fedcore.config import RunConfig, Runtime
 from fedcore.errors import ConfigError
 
@@ -68,6 +69,18 @@ def set_aside(path: Path, why: str) -> Path:
     return aside
 
 
+def _die_with_parent() -> None:
+    """Worker initializer (Linux): a killed `reproduce` takes its workers along, as if they got Ctrl-C, so
+    they checkpoint and stop instead of running on unattended."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: bool) -> str:
     import torch
 
@@ -104,7 +117,7 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
             _run_one(st.config, str(st.path), device, 0, True)
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_die_with_parent) as pool:
             futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False) for st in todo]
             for i, f in enumerate(futures, 1):
                 log(f"[{i}/{len(todo)}] done {Path(f.result()).stem}")
@@ -185,3 +198,68 @@ def listing(results_dir: Path = RESULTS_DIR) -> str:
         lines.append(f"{name:<30}" + "".join(f"{c:>14}" for c in counts) + f"  {title}")
     return "\n".join(lines)
 
+
+
+def load_runs(name: str, scale: str, results_dir: Path = RESULTS_DIR) -> dict[str, dict]:
+    """{cell name: results doc} for the cells that are done (the best learning rate where a grid ran)."""
+    exp = experiments.load(name, scale)
+    runs = {}
+    for cell in exp.cells:
+        best = _best(exp, inspect(exp, cell, results_dir))
+        if best is not None:
+            runs[cell.name] = best.doc
+    return runs
+
+
+def ensure(name: str, scale: str, *, recompute: bool = False, device: str = "auto",
+           results_dir: Path = RESULTS_DIR, log=print) -> tuple[experiments.Experiment, dict[str, dict]]:
+    """What the book's notebooks call: the committed results of `name` at `scale`; cells that are missing
+    (or all of them, with recompute=True) are run first. CIFAR-10 cells stay 'not run' offline."""
+    exp = experiments.load(name, scale)
+    if recompute:
+        for cell in exp.cells:
+            for st in inspect(exp, cell, results_dir):
+                if st.path.exists():
+                    log(f"recompute: {st.path.name} moved aside to {set_aside(st.path, 'stale').name}")
+    missing = [st for c in exp.cells for st in inspect(exp, c, results_dir) if st.status != "done"
+               and st.status != "no-data"]
+    if missing:
+        reproduce(name, scale, device=device, results_dir=results_dir, log=log)
+    return exp, load_runs(name, scale, results_dir)
+
+
+def variant(name: str, scale: str, cell_name: str, *, device: str = "auto", out_dir: Path = Path("runs"),
+            **overrides) -> dict:
+    """Run one cell of an experiment with some settings changed (a notebook's beta/gamma/alpha parameters).
+
+    Written under `out_dir` (not the committed store); reused when the same variant already ran.
+    """
+    from fedcore import experiment
+
+    exp = experiments.load(name, scale)
+    cell = next((c for c in exp.cells if c.name == cell_name), None)
+    if cell is None:
+        raise ConfigError(f"{name} has no cell {cell_name!r} at scale {scale}")
+    cfg = C.from_mapping({**cell.config.to_dict(), **overrides}, f"{name}/{cell_name}")
+    path = out_dir / name / scale / f"{cell_name}-{experiment.config_hash(cfg)}.json"
+    if path.exists():
+        doc = results.load(path)
+        if doc["config"] == cfg.to_dict():
+            return doc
+    return experiment.run(cfg, Runtime(device=device, out=path, checkpoint_every=CHECKPOINT_EVERY, resume=True))
+
+
+def scoreboard_frame(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """The scoreboard as a pandas table: cell, column, paper, ours, diff, status."""
+    import pandas as pd
+
+    rows = scoreboard(exp) if rows is None else rows
+    return pd.DataFrame(rows)[["cell", "column", "paper", "ours", "diff", "status"]]
+
+
+def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
+    """What produced a table or figure: scale, what the scale reduced, hardware and commit."""
+    produced = sorted({results.provenance(d).split(", torch")[0] for d in runs.values()})
+    commits = sorted({d["env"]["git_commit"][:12] for d in runs.values()})
+    return (f"{exp.reference} | scale: {exp.scale} ({exp.scale_note}) | "
+            + (f"run on {'; '.join(produced)}, commit {', '.join(commits)}" if runs else "no results yet"))

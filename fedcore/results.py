@@ -113,3 +113,76 @@ def load(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read results ({exc})") from None
     validate(doc, str(path))
     return doc
+
+
+# --- tidy tables and the standard plots the book's notebooks call ---------------------------------------
+
+def provenance(doc: dict) -> str:
+    """One line saying what produced a results file: device, commit, wall time, fedcore version."""
+    env, s = doc["env"], doc["summary"]
+    return (f"{env['device_name']} ({env['device']}), torch {env['torch_version']}, "
+            f"commit {env['git_commit'][:12]}, {s['total_wall_s']:.0f} s")
+
+
+def curves(runs: dict[str, dict]):
+    """Long table (pandas) of every round of every run: label, round, accuracies, losses, N, E, steps."""
+    import pandas as pd
+
+    keys = ("test_acc", "test_acc_distributed", "test_loss", "train_loss", "N", "E", "server_step",
+            "server_step_integral", "wall_s", "client_computations")
+    return pd.DataFrame([{"run": label, "round": r["round"], **{k: r.get(k) for k in keys}}
+                         for label, doc in runs.items() for r in doc["rounds"]])
+
+
+def group_curves(runs: dict[str, dict], level: str = "kinds"):
+    """Long table of N, E and server step per layer ('layers') or per layer kind ('kinds')."""
+    import pandas as pd
+
+    return pd.DataFrame([{"run": label, "round": r["round"], "group": g, **v}
+                         for label, doc in runs.items() for r in doc["rounds"] for g, v in r.get(level, {}).items()])
+
+
+def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: float | None = None,
+                  paper_rounds: dict[str, float] | None = None, ylim=None) -> None:
+    """Test accuracy vs round per run; the target as a grey line; the paper's rounds-to-target as markers."""
+    for label, doc in runs.items():
+        pts = [(r["round"], r[key]) for r in doc["rounds"] if r.get(key) is not None]
+        line, = ax.plot(*zip(*pts), label=label, lw=1.5)
+        if paper_rounds and paper_rounds.get(label) is not None and target is not None:
+            ax.plot(paper_rounds[label], target, marker="v", ms=9, color=line.get_color(), ls="none")
+    if target is not None:
+        ax.axhline(target, color="grey", lw=0.8, ls="--")
+    ax.set(xlabel="communication round", ylabel="test accuracy")
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True, group: tuple | None = None) -> None:
+    """FedNNNN's NWDA: N = ||sum p_k Delta_k|| (solid) and E = sum p_k ||Delta_k|| (dashed) per round;
+    `group=("kinds", "conv")` plots one layer kind or layer."""
+    styles = {"N": "-", "E": "--", "server_step": ":", "step": ":"}
+    for i, (label, doc) in enumerate(runs.items()):
+        color = f"C{i}"
+        for name in which:
+            pts = []
+            for r in doc["rounds"][1:]:
+                # per-group records call the server step "step"
+                value = r[group[0]][group[1]]["step" if name == "server_step" else name] if group else r.get(name)
+                if value is not None:
+                    pts.append((r["round"], value))
+            if pts:
+                ax.plot(*zip(*pts), styles.get(name, "-"), color=color, label=f"{label} {name}", lw=1.3)
+    if log:
+        ax.set_yscale("log")
+    ax.set(xlabel="communication round", ylabel="L2 norm")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, ncol=2)
+
+
+def plot_class_counts(ax, counts, title: str) -> None:
+    """Examples per (client, class) as an image: McMahan's IID vs pathological non-IID split at a glance."""
+    im = ax.imshow(counts.T.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set(xlabel="client", ylabel="class", title=title, yticks=range(counts.shape[1]))
+    ax.figure.colorbar(im, ax=ax, label="examples")
