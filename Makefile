@@ -7,8 +7,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# Notebooks executed and checked by nbval during `make test` (space-separated .ipynb paths).
-NBVAL_NOTEBOOKS ?=
+# The book's notebooks: `make test` executes each at smoke scale with papermill, then nbval re-runs the
+# executed copies and compares the cells marked NBVAL_CHECK_OUTPUT.
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb)) book/scoreboard.ipynb
+NBVAL_DIR := _build/nbval
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS=--runslow`.
 PYTEST_ARGS ?=
 
@@ -21,11 +23,12 @@ endif
 endif
 export FEDCORE_DATA
 
-.PHONY: help book test bench clean
+.PHONY: help book test bench clean browser-deps
 
 help:
 	@echo "make book   build the Jupyter Book into _build/html (sets up .venv if needed)"
-	@echo "make test   run the tests in tests/ and the notebooks in NBVAL_NOTEBOOKS"
+	@echo "make test   run tests/, the notebooks at smoke scale under nbval, build the book and"
+	@echo "            check every page in headless Chromium"
 	@echo "            (pass PYTEST_ARGS=--runslow to include slow tests)"
 	@echo "make bench  run the fedcore benchmarks"
 	@echo "make clean  remove _build"
@@ -37,11 +40,23 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -e '.[book,test]'
 	touch $@
 
+# Pages render from the committed results/ only (FEDBOOK_RENDER_ONLY): a build never trains.
 book: $(STAMP)
-	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	FEDBOOK_RENDER_ONLY=1 $(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-test: $(STAMP)
-	$(PY) -m pytest tests $(if $(strip $(NBVAL_NOTEBOOKS)),--nbval-lax $(NBVAL_NOTEBOOKS)) $(PYTEST_ARGS)
+test: $(STAMP) browser-deps
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+	rm -rf $(NBVAL_DIR) && mkdir -p $(NBVAL_DIR)
+	for nb in $(NOTEBOOKS); do \
+	    $(VENV)/bin/papermill --log-level WARNING -k python3 -p scale smoke $$nb $(NBVAL_DIR)/$$(basename $$nb) || exit 1; \
+	done
+	$(PY) -m pytest -p no:cacheprovider --nbval-lax $(NBVAL_DIR)
+	$(MAKE) book
+	$(PY) -m pytest tests/test_book_browser.py --browser
+
+# Debian's Chromium for the browser tests (CI machines start without it).
+browser-deps:
+	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 
 bench: $(STAMP)
 	$(VENV)/bin/fedcore bench

@@ -214,8 +214,14 @@ def load_runs(name: str, scale: str, results_dir: Path = RESULTS_DIR) -> dict[st
 def ensure(name: str, scale: str, *, recompute: bool = False, device: str = "auto",
            results_dir: Path = RESULTS_DIR, log=print) -> tuple[experiments.Experiment, dict[str, dict]]:
     """What the book's notebooks call: the committed results of `name` at `scale`; cells that are missing
-    (or all of them, with recompute=True) are run first. CIFAR-10 cells stay 'not run' offline."""
+    (or all of them, with recompute=True) are run first. CIFAR-10 cells stay 'not run' offline.
+
+    While the book itself is built (`make book` sets FEDBOOK_RENDER_ONLY=1) nothing is computed: a page
+    shows what is committed and lists the rest as "not run", so a build never turns into hours of training.
+    """
     exp = experiments.load(name, scale)
+    if os.environ.get("FEDBOOK_RENDER_ONLY") == "1":
+        return exp, load_runs(name, scale, results_dir)
     if recompute:
         for cell in exp.cells:
             for st in inspect(exp, cell, results_dir):

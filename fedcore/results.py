@@ -79,6 +79,7 @@ def write_json_atomic(path: Path, obj: dict) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=1)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read and shared
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
