@@ -29,10 +29,12 @@ from fedcore.errors import ConfigError
 
 # Automatic chunk size: at most this many examples per vmapped call (bounds activation memory) and, on the
 # CPU, at most this many parameter values per chunk: the SGD update streams every client's weights through
-# memory each step, which is fastest while a chunk's weights stay in cache (measured: the 2NN at B=10 runs
-# 1.4x faster in chunks of 20 clients than all 100 at once; benchmarks/README.md).
+# memory each step, which is fastest while a chunk's weights stay in cache (measured on 2 cores: the 2NN at
+# B=10 runs 1.4x faster in chunks of 20 clients than all 100 at once). A chunk never drops below
+# AUTO_CHUNK_CPU_MIN_CLIENTS, below which batching stops paying for the CNNs.
 AUTO_CHUNK_EXAMPLES = {"cpu": 8192, "cuda": 262144}
-AUTO_CHUNK_CPU_PARAM_VALUES = 8_000_000
+AUTO_CHUNK_CPU_PARAM_VALUES = 4_000_000
+AUTO_CHUNK_CPU_MIN_CLIENTS = 4
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
         on_cuda = data.train_x.is_cuda
         client_chunk = AUTO_CHUNK_EXAMPLES["cuda" if on_cuda else "cpu"] // cfg.batch_len(max(sizes))
         if not on_cuda:
-            client_chunk = min(client_chunk, AUTO_CHUNK_CPU_PARAM_VALUES // sum(v[0].numel() for v in start.values()))
+            by_params = AUTO_CHUNK_CPU_PARAM_VALUES // sum(v[0].numel() for v in start.values())
+            client_chunk = min(client_chunk, max(by_params, AUTO_CHUNK_CPU_MIN_CLIENTS))
         client_chunk = max(1, client_chunk)
     if cfg.prox_mu and anchor is None:
         anchor = start  # FedProx's anchor is the model the client received

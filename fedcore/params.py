@@ -61,15 +61,6 @@ def weighted_sum(stacked: Params, weights: torch.Tensor) -> Params:
     return {k: torch.tensordot(weights.to(v.device, v.dtype), v, dims=1) for k, v in stacked.items()}
 
 
-def flatten(params: Params) -> torch.Tensor:
-    """One vector (or one row per client, for stacked Params when `stacked`)."""
-    return torch.cat([v.reshape(-1) for v in params.values()])
-
-
-def flatten_stacked(stacked: Params) -> torch.Tensor:
-    return torch.cat([v.reshape(v.shape[0], -1) for v in stacked.values()], dim=1)
-
-
 def norm(params: Params) -> torch.Tensor:
     """L2 norm of all tensors taken as one vector."""
     return torch.sqrt(sum((v.double() ** 2).sum() for v in params.values()))

@@ -1,0 +1,36 @@
+"""The CUDA code paths: the vectorized engine against the plain loop on the GPU, and every algorithm for a
+few rounds there. Skipped where no CUDA device is present (this book's CPU machines and CI)."""
+
+import pytest
+import torch
+
+from fedcore import algorithms, experiment, models
+from fedcore import params as P
+from fedcore.client import LocalTraining, train_client_reference, train_cohort
+from fedcore.config import RunConfig, Runtime
+from tests.helpers import mnist_subset, needs_mnist
+
+pytestmark = [pytest.mark.gpu, needs_mnist]
+
+
+def test_engine_matches_plain_loop_on_cuda():
+    data = mnist_subset(120, 10).to("cuda")
+    model = models.build("fednnnn_mnist").cuda()
+    parts = list(torch.arange(120, device="cuda").split([50, 37, 33]))
+    cfg = LocalTraining(epochs=1, batch_size=10, lr=0.05, momentum=0.5)
+    start, sb = P.broadcast(P.trainable(model), 3), P.broadcast(P.buffers(model), 3)
+    fast = train_cohort(model, start, sb, parts, data, cfg, [torch.Generator().manual_seed(i) for i in range(3)])
+    for i, ix in enumerate(parts):
+        ref, _, _ = train_client_reference(model, P.row(start, i), P.row(sb, i), ix, data, cfg,
+                                           torch.Generator().manual_seed(i))
+        err = P.norm(P.sub(P.row(fast.params, i), ref)) / P.norm(P.sub(ref, P.row(start, i)))
+        assert err <= 1e-4  # TF32 and kernel choice differ between batched and plain convolutions
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_every_algorithm_runs_on_cuda(name, tmp_path):
+    cfg = RunConfig(algorithm=name, model="fednnnn_mnist", partition="shards", clients=10, fraction=0.3,
+                    batch_size=20, lr=0.05, rounds=2, train_subset=2000, test_subset=500, mu=0.01, beta=0.7,
+                    gamma=0.5, noise_std=0.001)
+    doc = experiment.run(cfg, Runtime(device="cuda", out=tmp_path / "r.json", progress=False))
+    assert doc["env"]["device"].startswith("cuda") and doc["rounds"][-1]["test_acc"] > 0.1
