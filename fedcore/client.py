@@ -104,8 +104,8 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
                  client_chunk: int = 0) -> CohortResult:
     """Train every client of a cohort; `start`, `start_buffers`, `anchor`, `grad_shift` are stacked [m, ...].
 
-    `client_chunk` clients are trained at once (0: chosen so a call holds about
-    AUTO_CHUNK_EXAMPLES[device] examples); chunks run one after another so memory stays bounded.
+    `client_chunk` clients are trained at once (0: automatic, see AUTO_CHUNK_*); chunks run one after
+    another, so memory stays bounded whatever the cohort size.
     """
     m = len(client_indices)
     sizes = [len(ix) for ix in client_indices]
