@@ -20,6 +20,7 @@ from fedcore.config import RunConfig, Runtime
 from fedcore.errors import ConfigError
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+RUNS_DIR = RESULTS_DIR.parent / "runs"  # one-off variants from notebooks and the explorer; not committed
 CHECKPOINT_EVERY = 10  # rounds: a kill loses at most this many
 
 
@@ -234,7 +235,7 @@ def ensure(name: str, scale: str, *, recompute: bool = False, device: str = "aut
     return exp, load_runs(name, scale, results_dir)
 
 
-def variant(name: str, scale: str, cell_name: str, *, device: str = "auto", out_dir: Path = Path("runs"),
+def variant(name: str, scale: str, cell_name: str, *, device: str = "auto", out_dir: Path = RUNS_DIR,
             **overrides) -> dict:
     """Run one cell of an experiment with some settings changed (a notebook's beta/gamma/alpha parameters).
 

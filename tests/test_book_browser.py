@@ -95,7 +95,8 @@ def page():
     proc = subprocess.Popen(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1280,900", f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
+         "--window-size=1280,900", f"--user-data-dir={profile}", "--remote-debugging-port=0",
+         "--remote-allow-origins=*", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     port_file = Path(profile) / "DevToolsActivePort"
     deadline = time.time() + 60
