@@ -31,7 +31,7 @@ from fedcore import experiments, reproduce, results
 EXPERIMENT = "explorer_grid"
 # Runs made on the page (the notebook's parameters, the live controls) go to the repository's runs/, which
 # git ignores, never to the committed results/ store. Anchored to the checkout: notebooks run in notebooks/.
-RUNS_DIR = reproduce.RESULTS_DIR.parent / "runs"
+RUNS_DIR = reproduce.RUNS_DIR
 
 
 @dataclass(frozen=True)

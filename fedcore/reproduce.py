@@ -261,7 +261,7 @@ def scoreboard_frame(exp: experiments.Experiment, rows: list[dict] | None = None
     import pandas as pd
 
     rows = scoreboard(exp) if rows is None else rows
-    return pd.DataFrame(rows)[["cell", "column", "paper", "ours", "diff", "status"]]
+    return pd.DataFrame(rows, columns=["cell", "column", "paper", "ours", "diff", "status"])
 
 
 def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
@@ -270,3 +270,15 @@ def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
     commits = sorted({d["env"]["git_commit"][:12] for d in runs.values()})
     return (f"{exp.reference} | scale: {exp.scale} ({exp.scale_note}) | "
             + (f"run on {'; '.join(produced)}, commit {', '.join(commits)}" if runs else "no results yet"))
+
+
+def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):
+    """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and the
+    paper-vs-ours table; where this scale runs none of the cells (its note says why) the paper's cells are
+    listed. Returns (experiment, {cell: results doc})."""
+    from IPython.display import Markdown, display
+
+    exp, runs = ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
+    display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
+    display(scoreboard_frame(exp if exp.cells else experiments.load(name, "paper")))
+    return exp, runs

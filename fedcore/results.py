@@ -132,7 +132,7 @@ def curves(runs: dict[str, dict]):
     keys = ("test_acc", "test_acc_distributed", "test_loss", "train_loss", "N", "E", "server_step",
             "server_step_integral", "wall_s", "client_computations")
     return pd.DataFrame([{"run": label, "round": r["round"], **{k: r.get(k) for k in keys}}
-                         for label, doc in runs.items() for r in doc["rounds"]])
+                         for label, doc in runs.items() for r in doc["rounds"]], columns=["run", "round", *keys])
 
 
 def group_curves(runs: dict[str, dict], level: str = "kinds"):
@@ -140,7 +140,8 @@ def group_curves(runs: dict[str, dict], level: str = "kinds"):
     import pandas as pd
 
     return pd.DataFrame([{"run": label, "round": r["round"], "group": g, **v}
-                         for label, doc in runs.items() for r in doc["rounds"] for g, v in r.get(level, {}).items()])
+                         for label, doc in runs.items() for r in doc["rounds"] for g, v in r.get(level, {}).items()],
+                        columns=["run", "round", "group", "N", "E", "step"])
 
 
 def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: float | None = None,
@@ -157,7 +158,10 @@ def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: f
     if ylim:
         ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if runs:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no results at this scale yet", ha="center", va="center", transform=ax.transAxes)
 
 
 def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True, group: tuple | None = None) -> None:
@@ -179,7 +183,10 @@ def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True,
         ax.set_yscale("log")
     ax.set(xlabel="communication round", ylabel="L2 norm")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, ncol=2)
+    if runs:
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no results at this scale yet", ha="center", va="center", transform=ax.transAxes)
 
 
 def plot_class_counts(ax, counts, title: str) -> None:
