@@ -83,7 +83,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     import signal
     import time
 
-    args = [sys.executable, "-m", "fedcore", "run", *SMALL, "--rounds", "40", "--checkpoint-every", "1"]
+    args = [sys.executable, "-m", "fedcore", "run", *SMALL, "--rounds", "12", "--checkpoint-every", "1"]
     out = tmp_path / "r.json"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=os.environ)
     deadline = time.time() + 60
