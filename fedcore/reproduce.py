@@ -42,11 +42,12 @@ def inspect(exp: experiments.Experiment, cell: experiments.Cell, results_dir: Pa
     out = []
     for run_id, cfg in cell.variants():
         path = run_path(results_dir, exp, run_id)
-        if not data.available(cfg.dataset):
-            out.append(RunStatus(run_id, cfg, path, "no-data",
-                                 detail=f"not run: {cfg.dataset} not available offline"))
-        elif not path.exists():
-            out.append(RunStatus(run_id, cfg, path, "missing", detail="not run"))
+        if not path.exists():
+            if data.available(cfg.dataset):
+                out.append(RunStatus(run_id, cfg, path, "missing", detail="not run"))
+            else:
+                out.append(RunStatus(run_id, cfg, path, "no-data",
+                                     detail=f"not run: {cfg.dataset} not available offline"))
         else:
             try:
                 doc = results.load(path)

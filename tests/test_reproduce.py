@@ -131,3 +131,12 @@ def test_unknown_experiment_and_scale_are_clear_errors():
 
     assert main(["reproduce", "nope", "--scale", "smoke", "--scoreboard"]) == 2
     assert main(["reproduce", ALL[0], "--scale", "huge", "--scoreboard"]) == 2
+
+
+@needs_mnist
+def test_committed_results_show_without_the_dataset(tmp_path, monkeypatch):
+    exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
+    exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                              log=lambda *a: None)
+    monkeypatch.setattr(reproduce.data, "available", lambda name, root=None: False)
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
