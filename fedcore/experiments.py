@@ -2,7 +2,8 @@
 published numbers in experiments/published.toml (the one place the book and scoreboard read them from).
 
 An experiment file holds
-    title, reference, metric ("rounds_to_target" or "final_acc"), rule, targets
+    title, reference, metric ("rounds_to_target" or "final_acc"), rule, targets,
+    final_acc_column (true: also compare final accuracy, as a column "acc", beside rounds to target)
     [base]            RunConfig fields shared by every cell (the paper's settings)
     [scales.<s>]      overrides of [base] per scale (paper / cpu / smoke), with a `note` saying what was
                       reduced, optionally `cells = [...]` (run only these) and `lr_grid = [...]`
@@ -52,6 +53,13 @@ class Experiment:
     cells: tuple[Cell, ...]
     choices: dict = field(default_factory=dict)
     published: dict = field(default_factory=dict)  # cell name -> {target or "acc": value or None}
+    final_acc_column: bool = False
+
+    @property
+    def columns(self) -> list[str]:
+        """The paper's columns for each cell: one per target (rounds), and/or "acc" (final accuracy %)."""
+        rounds = [f"{t:g}" for t in self.targets] if self.metric == "rounds_to_target" else []
+        return rounds + (["acc"] if self.metric == "final_acc" or self.final_acc_column else [])
 
 
 def _read_toml(path: Path) -> dict:
@@ -97,4 +105,4 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR) -> Experiment
     table = published(directory).get(doc.get("published", name), {})
     return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
-                      table.get("cells", {}))
+                      table.get("cells", {}), bool(doc.get("final_acc_column", False)))

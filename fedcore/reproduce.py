@@ -128,7 +128,7 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
 
 def _cell_value(exp: experiments.Experiment, doc: dict, key: str):
     """Our number for one paper column: rounds to `key` (a target) under the paper's rule, or accuracy."""
-    if exp.metric == "final_acc":
+    if key == "acc":
         return doc["summary"]["final_acc"]
     return doc["summary"]["rounds_to_target"].get(key, {}).get(exp.rule)
 
@@ -154,16 +154,15 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
     for cell in exp.cells:
         statuses = inspect(exp, cell, results_dir)
         best = _best(exp, statuses)
-        keys = [f"{t:g}" for t in exp.targets] if exp.metric == "rounds_to_target" else ["acc"]
-        for key in keys:
+        for key in exp.columns:
             paper = exp.published.get(cell.name, {}).get(key)
             ours = None if best is None else _cell_value(exp, best.doc, key)
-            if exp.metric == "final_acc" and ours is not None:
+            if key == "acc" and ours is not None:
                 ours = round(100 * ours, 2)  # the papers print accuracy in percent
             if best is None:
                 status = next((s.detail for s in statuses if s.status == "no-data"), "not run")
             else:
-                status = "done" + ("" if ours is not None or exp.metric == "final_acc"
+                status = "done" + ("" if ours is not None or key == "acc"
                                    else f": not reached in {best.doc['summary']['rounds_completed']} rounds")
             rows.append({
                 "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
