@@ -80,7 +80,8 @@ def published(directory: Path = EXPERIMENTS_DIR) -> dict:
     return _read_toml(directory / "published.toml")
 
 
-def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR) -> Experiment:
+def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells: bool = False) -> Experiment:
+    """Experiment `name` at `scale`; all_cells=True ignores the scale's `cells` selection (for variants)."""
     if scale not in SCALES:
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}; got {scale!r}")
     path = directory / f"{name}.toml"
@@ -92,6 +93,8 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR) -> Experiment
     scale_doc = dict(doc.get("scales", {}).get(scale, {}))
     note = scale_doc.pop("note", "the paper's settings" if scale == "paper" else "")
     only = scale_doc.pop("cells", None)
+    if all_cells:
+        only = None
     scale_lr_grid = scale_doc.pop("lr_grid", None)
     cells = []
     for entry in doc["cells"]:

@@ -243,7 +243,7 @@ def variant(name: str, scale: str, cell_name: str, *, device: str = "auto", out_
     """
     from fedcore import experiment
 
-    exp = experiments.load(name, scale)
+    exp = experiments.load(name, scale, all_cells=True)
     cell = next((c for c in exp.cells if c.name == cell_name), None)
     if cell is None:
         raise ConfigError(f"{name} has no cell {cell_name!r} at scale {scale}")
