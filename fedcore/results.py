@@ -147,11 +147,20 @@ def group_curves(runs: dict[str, dict], level: str = "kinds"):
 def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: float | None = None,
                   paper_rounds: dict[str, float] | None = None, ylim=None) -> None:
     """Test accuracy vs round per run; the target as a grey line; the paper's rounds-to-target as markers."""
+    last = max((r["round"] for d in runs.values() for r in d["rounds"]), default=1)
+    beyond = []
     for label, doc in runs.items():
         pts = [(r["round"], r[key]) for r in doc["rounds"] if r.get(key) is not None]
         line, = ax.plot(*zip(*pts), label=label, lw=1.5)
-        if paper_rounds and paper_rounds.get(label) is not None and target is not None:
-            ax.plot(paper_rounds[label], target, marker="v", ms=9, color=line.get_color(), ls="none")
+        paper = (paper_rounds or {}).get(label)
+        if paper is not None and target is not None:
+            if paper <= last:
+                ax.plot(paper, target, marker="v", ms=9, color=line.get_color(), ls="none")
+            else:  # beyond our last round: named at the right edge instead of stretching the axis
+                beyond.append((label, paper, line.get_color()))
+    for i, (label, paper, color) in enumerate(beyond):
+        ax.annotate(f"paper: {paper:g} rounds \u2192", xy=(1, 0.04 + 0.07 * i), xycoords="axes fraction",
+                    ha="right", fontsize=8, color=color)
     if target is not None:
         ax.axhline(target, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="communication round", ylabel="test accuracy")
@@ -194,3 +203,11 @@ def plot_class_counts(ax, counts, title: str) -> None:
     im = ax.imshow(counts.T.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set(xlabel="client", ylabel="class", title=title, yticks=range(counts.shape[1]))
     ax.figure.colorbar(im, ax=ax, label="examples")
+
+
+def stamp(fig, runs: dict[str, dict], scale: str) -> None:
+    """Print under a figure which scale and hardware produced it, so a saved image keeps its provenance."""
+    devices = sorted({d["env"]["device_name"] for d in runs.values()}) or ["no results yet"]
+    commits = sorted({d["env"]["git_commit"][:7] for d in runs.values()})
+    fig.text(0.005, 0.002, f"fedbook - scale: {scale} - {', '.join(devices)}"
+             + (f" - commit {', '.join(commits)}" if commits else ""), fontsize=7, color="0.4", va="bottom")
