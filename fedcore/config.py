@@ -28,7 +28,7 @@ class RunConfig:
     dataset: str = _help("mnist, fashion_mnist or cifar10", default="mnist")
     model: str = _help("network, see fedcore.models", default="mcmahan_2nn")
     algorithm: str = _help("federated algorithm: fedavg, fedprox, normnorm, momentum, fednnnn, fedumf, "
-                           "scaffold, feddyn, feddc", default="fedavg")
+                           "scaffold, feddyn, feddc, fedumf_feddc", default="fedavg")
     partition: str = _help("client data split: " + ", ".join(PARTITIONS), default="iid")
     clients: int = _help("K (McMahan) / n (FedUmf): number of clients", default=100)
     fraction: float = _help("C: fraction of clients per round, m = max(C*K, 1); 0 means one client", default=0.1)
@@ -54,9 +54,9 @@ class RunConfig:
     beta: float = _help("normnorm / fednnnn: norm scale beta (FedNNNN eq. 8, 12)", default=1.0)
     gamma: float = _help("momentum / fednnnn: server momentum gamma (FedNNNN eq. 10, 12)", default=0.0)
     mu: float = _help("fedprox: proximal coefficient mu", default=0.0)
-    alpha: float = _help("fedumf: fusion coefficient alpha in [0, 1]", default=1.0)
+    alpha: float = _help("fedumf, fedumf_feddc: fusion coefficient alpha in [0, 1]", default=1.0)
     feddyn_alpha: float = _help("feddyn: regularisation alpha", default=0.01)
-    feddc_alpha: float = _help("feddc: drift penalty alpha", default=0.01)
+    feddc_alpha: float = _help("feddc, fedumf_feddc: drift penalty alpha", default=0.01)
     noise_std: float = _help("sigma of Gaussian noise added to every uploaded client model "
                              "(McMahan replication poster sec. 2.4)", default=0.0)
     train_subset: int = _help("use a random subset of this many training examples (0 = all)", default=0)

@@ -125,9 +125,10 @@ def test_fedavg_family_agrees_when_it_should():
 
 # --- FedUmf bookkeeping --------------------------------------------------------------------------------
 
-def test_fedumf_fuses_stored_updates_of_newly_authorised_clients():
+@pytest.mark.parametrize("name", ["fedumf", "fedumf_feddc"])
+def test_fedumf_fuses_stored_updates_of_newly_authorised_clients(name):
     lrs = [0.1, 0.05, 0.05]
-    algo, state, train = _run_rounds(_cfg(algorithm="fedumf", alpha=0.5), [[0, 1], [1, 2], [0, 2]], lrs)
+    algo, state, train = _run_rounds(_cfg(algorithm=name, alpha=0.5), [[0, 1], [1, 2], [0, 2]], lrs)
     everyone = torch.arange(NUM_CLIENTS)
     assert all(torch.equal(c["ids"], everyone) for c in train.calls)  # all n clients train every round
 
@@ -157,6 +158,22 @@ def test_fedumf_fuses_stored_updates_of_newly_authorised_clients():
     assert state.prev_selected.tolist() == [True, False, True, False, False, False]
 
 
+def test_fedumf_feddc_with_alpha_zero_is_feddc():
+    # Without fusion the extra training of unselected clients must leave FedDC's state untouched.
+    _, feddc, _ = _run_rounds(_cfg(algorithm="feddc"), SELECTIONS)
+    _, combined, _ = _run_rounds(_cfg(algorithm="fedumf_feddc", alpha=0.0), SELECTIONS)
+    for field in ("params", "drifts", "control", "client_controls"):
+        assert _close(getattr(combined, field), getattr(feddc, field)), field
+
+
+def test_fedumf_feddc_keeps_feddc_bookkeeping_for_authorised_clients_only():
+    _, state, _ = _run_rounds(_cfg(algorithm="fedumf_feddc", alpha=1.0), [[0, 1], [1, 2]])
+    for i in (3, 4, 5):  # never authorised: trained every round, but h_i and c_i were never sent
+        assert all(torch.equal(v[i], torch.zeros_like(v[i])) for v in state.drifts.values())
+        assert all(torch.equal(v[i], torch.zeros_like(v[i])) for v in state.client_controls.values())
+        assert any(v[i].abs().sum() > 0 for v in state.stored.values())  # ...yet each stored its g^i
+
+
 # --- end to end on real MNIST ---------------------------------------------------------------------------
 
 SMOKE = dict(dataset="mnist", model="fednnnn_mnist", partition="shards", clients=10, fraction=0.3,
@@ -178,7 +195,7 @@ def test_every_algorithm_learns_on_real_mnist(name, tmp_path):
         assert r["server_step"] > 0 and r["test_acc_distributed"] is not None
     assert rounds[-1]["server_step_integral"] == pytest.approx(sum(r["server_step"] for r in rounds[1:]))
     computations = rounds[1]["client_computations"]
-    assert computations == (10 if name == "fedumf" else 3)
+    assert computations == (10 if name.startswith("fedumf") else 3)
 
 
 @needs_mnist

@@ -55,14 +55,16 @@ class Algorithm:
 
 
 def make(cfg) -> Algorithm:
-    from fedcore.algorithms import feddc, feddyn, fedavg, fednnnn, fedprox, fedumf, scaffold
+    from fedcore.algorithms import feddc, feddyn, fedavg, fednnnn, fedprox, fedumf, fedumf_feddc, scaffold
 
     factories = {
         "fedavg": fedavg.make, "fedprox": fedprox.make,
         "normnorm": fednnnn.make, "momentum": fednnnn.make, "fednnnn": fednnnn.make,
         "fedumf": fedumf.make, "scaffold": scaffold.make, "feddyn": feddyn.make, "feddc": feddc.make,
+        "fedumf_feddc": fedumf_feddc.make,
     }
     return factories[cfg.algorithm](cfg)
 
 
-NAMES = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn", "fedumf", "scaffold", "feddyn", "feddc")
+NAMES = ("fedavg", "fedprox", "normnorm", "momentum", "fednnnn", "fedumf", "scaffold", "feddyn", "feddc",
+         "fedumf_feddc")

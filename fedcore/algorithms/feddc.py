@@ -11,6 +11,7 @@ Departure: as with FedDyn, one alpha for every client (the authors' code divides
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from fedcore import aggregators as A
@@ -28,29 +29,48 @@ class ServerState:
     client_controls: P.Params  # c_i, stacked [N, ...]
 
 
-def make(cfg) -> Algorithm:
-    alpha = cfg.feddc_alpha
+def init_fields(params, buffers, num_clients) -> dict:
+    per_client = P.zeros_like(P.broadcast(params, num_clients))
+    return dict(params=params, buffers=buffers, drifts=per_client, control=P.zeros_like(params),
+                client_controls=dict(per_client))
 
+
+def local_terms(state: ServerState, ids) -> dict:
+    """The train() keywords of FedDC's local objective for clients `ids`: the anchor theta - h_i of the
+    drift penalty and the gradient correction c - c_i."""
+    dev_ids = ids.to(next(iter(state.params.values())).device)
+    m = len(ids)
+    return dict(anchor=P.sub(P.broadcast(state.params, m), P.select(state.drifts, dev_ids)),
+                grad_shift=P.sub(P.broadcast(state.control, m), P.select(state.client_controls, dev_ids)))
+
+
+def server_update(state: ServerState, ids, deltas: P.Params, gradient_steps: P.Params, steps, p, buffers,
+                  inputs) -> ServerState:
+    """FedDC's bookkeeping after the clients `ids` trained: deltas = theta_i - theta update the drifts,
+    gradient_steps (the clients' own training, end - start) the control variates; then the new theta."""
+    dev_ids = ids.to(next(iter(state.params.values())).device)
+    h_i, c_i = P.select(state.drifts, dev_ids), P.select(state.client_controls, dev_ids)
+    drifts = P.scatter_rows(state.drifts, ids, P.add(h_i, deltas))  # h_i <- h_i + (theta_i - theta)
+    new_c_i = A.control_variate_update(c_i, state.control, gradient_steps, steps, inputs.lr)
+    delta_c = P.weighted_sum(P.sub(new_c_i, c_i), P.ones_weights(len(ids)) / inputs.num_clients)
+    mean_drift = P.weighted_sum(drifts, P.ones_weights(inputs.num_clients) / inputs.num_clients)
+    return dataclasses.replace(  # replace() keeps subclasses' own fields (FedUmf+FedDC)
+        state, params=P.add(A.fedavg(state.params, deltas, p), mean_drift),
+        buffers=A.average_buffers(buffers, p), drifts=drifts, control=P.add(state.control, delta_c),
+        client_controls=P.scatter_rows(state.client_controls, ids, new_c_i))
+
+
+def make(cfg) -> Algorithm:
     def init(params, buffers, num_clients):
-        per_client = P.zeros_like(P.broadcast(params, num_clients))
-        return ServerState(params, buffers, per_client, P.zeros_like(params), dict(per_client))
+        return ServerState(**init_fields(params, buffers, num_clients))
 
     def run_round(state: ServerState, inputs):
         ids, m = inputs.selected, len(inputs.selected)
-        dev_ids = ids.to(next(iter(state.params.values())).device)
-        h_i, c_i = P.select(state.drifts, dev_ids), P.select(state.client_controls, dev_ids)
-        start = P.broadcast(state.params, m)
-        result = inputs.train(start, P.broadcast(state.buffers, m), ids, anchor=P.sub(start, h_i),
-                              grad_shift=P.sub(P.broadcast(state.control, m), c_i), prox_mu=alpha)
+        result = inputs.train(P.broadcast(state.params, m), P.broadcast(state.buffers, m), ids,
+                              prox_mu=cfg.feddc_alpha, **local_terms(state, ids))
         deltas = P.sub(inputs.perturb(result.params), state.params)  # theta_i - theta
         p = A.aggregation_weights(result.num_examples, inputs.weighting)
-        drifts = P.scatter_rows(state.drifts, ids, P.add(h_i, deltas))
-        new_c_i = A.control_variate_update(c_i, state.control, deltas, result.steps, inputs.lr)
-        delta_c = P.weighted_sum(P.sub(new_c_i, c_i), P.ones_weights(m) / inputs.num_clients)
-        mean_drift = P.weighted_sum(drifts, P.ones_weights(inputs.num_clients) / inputs.num_clients)
-        new = ServerState(P.add(A.fedavg(state.params, deltas, p), mean_drift),
-                          A.average_buffers(result.buffers, p), drifts, P.add(state.control, delta_c),
-                          P.scatter_rows(state.client_controls, ids, new_c_i))
+        new = server_update(state, ids, deltas, deltas, result.steps, p, result.buffers, inputs)
         return new, report(result.train_loss, deltas, p)
 
     def eval_models(state: ServerState):

@@ -35,6 +35,36 @@ def fusion_starts(theta: P.Params, stored: P.Params, fuse: torch.Tensor, coef: f
     return {k: theta[k] + coef * mask.view(-1, *[1] * theta[k].dim()) * stored[k] for k in theta}
 
 
+@dataclass(frozen=True)
+class FusedRound:
+    """What one FedUmf round of local training produced (shared with FedUmf+FedDC)."""
+
+    result: object  # CohortResult of all n clients
+    starts: P.Params  # theta^i_{t,0}, stacked [n, ...]
+    stored: P.Params  # g^i_t = theta^i_{t+1} - theta^i_{t,0}, every client
+    selected: torch.Tensor  # bool [n]: S_t
+    fuse: torch.Tensor  # bool [n]: S_t minus S_{t-1}
+    ids: torch.Tensor  # the ids of S_t
+    deltas: P.Params  # theta^i_{t+1} - theta_t of S_t (fusion and upload noise included)
+    weights: torch.Tensor  # p_i over S_t
+
+
+def fused_round(state, inputs, alpha: float, **train_kwargs) -> FusedRound:
+    """Algorithm 1's client side: fusion starts for S_t minus S_{t-1}, all n clients train, everyone
+    stores g^i_t; only S_t's models are uploaded. `train_kwargs` are a combined method's local objective."""
+    n = inputs.num_clients
+    everyone = torch.arange(n, device=state.prev_selected.device)
+    selected = torch.zeros(n, dtype=torch.bool, device=everyone.device)
+    selected[inputs.selected.to(everyone.device)] = True
+    fuse = selected & ~state.prev_selected  # i in S_t \ S_{t-1}
+    starts = fusion_starts(state.params, state.stored, fuse, alpha * inputs.lr / inputs.prev_lr)
+    result = inputs.train(starts, P.broadcast(state.buffers, n), everyone, **train_kwargs)
+    ids = everyone[selected]
+    deltas = P.sub(inputs.perturb(P.select(result.params, ids)), state.params)
+    p = A.aggregation_weights(result.num_examples[ids.cpu()], inputs.weighting)
+    return FusedRound(result, starts, P.sub(result.params, starts), selected, fuse, ids, deltas, p)
+
+
 def make(cfg) -> Algorithm:
     def init(params, buffers, num_clients):
         device = next(iter(params.values())).device
@@ -42,22 +72,11 @@ def make(cfg) -> Algorithm:
                            torch.zeros(num_clients, dtype=torch.bool, device=device))
 
     def run_round(state: ServerState, inputs):
-        n = inputs.num_clients
-        everyone = torch.arange(n, device=state.prev_selected.device)
-        selected = torch.zeros(n, dtype=torch.bool, device=everyone.device)
-        selected[inputs.selected.to(everyone.device)] = True
-        fuse = selected & ~state.prev_selected  # i in S_t \ S_{t-1}
-        starts = fusion_starts(state.params, state.stored, fuse, cfg.alpha * inputs.lr / inputs.prev_lr)
-        result = inputs.train(starts, P.broadcast(state.buffers, n), everyone)
-        stored = P.sub(result.params, starts)  # g^i_t = theta^i_{t+1} - theta^i_{t,0}, every client
-        ids = everyone[selected]
-        uploaded = inputs.perturb(P.select(result.params, ids))
-        deltas = P.sub(uploaded, state.params)  # theta^i_{t+1} - theta_t, fusion included
-        p = A.aggregation_weights(result.num_examples[ids.cpu()], inputs.weighting)
-        new = ServerState(A.fedavg(state.params, deltas, p),
-                          A.average_buffers(P.select(result.buffers, ids), p), stored, selected)
-        return new, report(result.train_loss[ids.cpu()], deltas, p, client_computations=n,
-                           fused_clients=int(fuse.sum()))
+        r = fused_round(state, inputs, cfg.alpha)
+        new = ServerState(A.fedavg(state.params, r.deltas, r.weights),
+                          A.average_buffers(P.select(r.result.buffers, r.ids), r.weights), r.stored, r.selected)
+        return new, report(r.result.train_loss[r.ids.cpu()], r.deltas, r.weights,
+                           client_computations=inputs.num_clients, fused_clients=int(r.fuse.sum()))
 
     def eval_models(state: ServerState):
         return {"test": (state.params, state.buffers), "test_distributed": (state.params, state.buffers)}
