@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from fedcore.config import with_defaults
 from fedcore.errors import ConfigError
 
 FORMAT = "fedcore.checkpoint/1"
@@ -43,6 +44,7 @@ def load(path: Path, *, config: dict, state_type, device: torch.device) -> dict:
                           f"move it aside to start over") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ConfigError(f"checkpoint {path} is not a {FORMAT} file; move it aside to start over")
+    payload["config"] = with_defaults(payload["config"])
     if payload["config"] != config:
         changed = sorted(k for k in set(config) | set(payload["config"])
                          if config.get(k) != payload["config"].get(k))

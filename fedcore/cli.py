@@ -21,6 +21,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             kwargs["type"] = str
         elif f.name == "target_acc":
             kwargs.update(type=float, nargs="+")
+        elif kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs["type"] = kind
         group.add_argument(flag, **kwargs)

@@ -43,6 +43,8 @@ class RunConfig:
     eval_every: int = _help("evaluate the global model every this many rounds (and at the last)", default=1)
     target_acc: tuple[float, ...] = _help("test accuracies to report rounds-to-target for, e.g. 0.97 0.99",
                                           default=())
+    stop_at_target: bool = _help("end the run at the first evaluation by which every --target-acc has been "
+                                 "reached (the rounds-to-target tables need nothing after it)", default=False)
     seed: int = _help("seed for partition, init, client sampling and batches", default=0)
     shards_per_client: int = _help("shards partition: s shards per client (McMahan: 2)", default=2)
     power_law_exponent: float = _help("power_law partition: size of rank r proportional to r^-exponent",
@@ -92,6 +94,8 @@ class RunConfig:
         need(self.feddyn_alpha > 0, "feddyn-alpha", "> 0")
         need(self.feddc_alpha > 0, "feddc-alpha", "> 0")
         need(self.noise_std >= 0, "noise-std", ">= 0")
+        need(not self.stop_at_target or bool(self.target_acc), "stop-at-target",
+             "used together with --target-acc (there is nothing to stop at without one)")
         need(self.train_subset >= 0, "train-subset", ">= 0")
         need(self.test_subset >= 0, "test-subset", ">= 0")
 
@@ -131,6 +135,12 @@ class Runtime:
             raise ConfigError(f"--client-chunk must be >= 0 (0 = automatic); got {self.client_chunk}")
         if self.checkpoint_every < 0:
             raise ConfigError(f"--checkpoint-every must be >= 0; got {self.checkpoint_every}")
+
+
+def with_defaults(stored: dict) -> dict:
+    """A config dict as written by an earlier fedcore, completed with the defaults of fields added since
+    (each new field's default keeps the old behaviour), so that it compares equal to today's to_dict()."""
+    return {**RunConfig().to_dict(), **stored}
 
 
 def field_names() -> list[str]:

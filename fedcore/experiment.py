@@ -72,6 +72,11 @@ def _round_metrics(rep: algorithms.RoundReport, server_step: P.Params, groups: d
             **aggregators.nwda_by_group(rep.deltas, rep.weights, server_step, groups), **rep.extra}
 
 
+def _all_targets_reached(cfg: RunConfig, history: list[dict]) -> bool:
+    best = max((r["test_acc"] for r in history if r["test_acc"] is not None), default=0.0)
+    return best >= max(cfg.target_acc)
+
+
 def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
     evaluated = [r for r in history if r["test_acc"] is not None]
     rounds, accs = [r["round"] for r in evaluated], [r["test_acc"] for r in evaluated]
@@ -83,6 +88,7 @@ def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
                        "first_round": metrics.first_round_at(rounds, accs, a)}
             for a in cfg.target_acc},
         "rounds_completed": history[-1]["round"],
+        "stopped_at_target": cfg.stop_at_target and history[-1]["round"] < cfg.rounds,
         "client_computations": sum(r.get("client_computations", 0) for r in history),
         "total_wall_s": round(wall_s, 3),
     }
@@ -164,6 +170,8 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
             record["wall_s"] = round(elapsed(), 3)
             history.append(record)
             state, committed_round = new_state, t
+            if cfg.stop_at_target and _all_targets_reached(cfg, history):
+                break
             if runtime.checkpoint_every and t % runtime.checkpoint_every == 0 and t < cfg.rounds:
                 checkpoint.save(ckpt_path, config=cfg.to_dict(), round=t, state=state, history=history,
                                 wall_s=elapsed())

@@ -54,7 +54,7 @@ def inspect(exp: experiments.Experiment, cell: experiments.Cell, results_dir: Pa
             except ConfigError as exc:
                 out.append(RunStatus(run_id, cfg, path, "corrupt", detail=str(exc)))
                 continue
-            if doc["config"] != cfg.to_dict():
+            if C.with_defaults(doc["config"]) != cfg.to_dict():
                 out.append(RunStatus(run_id, cfg, path, "stale", doc, "config changed since this run"))
             elif doc["env"].get("fedcore_version") != __version__:
                 out.append(RunStatus(run_id, cfg, path, "stale", doc,
@@ -251,7 +251,7 @@ def variant(name: str, scale: str, cell_name: str, *, device: str = "auto", out_
     path = out_dir / name / scale / f"{cell_name}-{experiment.config_hash(cfg)}.json"
     if path.exists():
         doc = results.load(path)
-        if doc["config"] == cfg.to_dict():
+        if C.with_defaults(doc["config"]) == cfg.to_dict():
             return doc
     return experiment.run(cfg, Runtime(device=device, out=path, checkpoint_every=CHECKPOINT_EVERY, resume=True))
 

@@ -50,6 +50,18 @@ def test_evaluation_every_k_rounds_and_at_the_end(tmp_path):
     assert [r["round"] for r in doc["rounds"] if r["test_acc"] is not None] == [0, 2, 4, 5]
 
 
+def test_stop_at_target_ends_at_the_first_evaluation_past_every_target(tmp_path):
+    full = _run(tmp_path, "full.json", rounds=6, target_acc=(0.5,))
+    reached = full["summary"]["rounds_to_target"]["0.5"]["first_round"]
+    assert reached is not None and reached < 6
+    stopped = _run(tmp_path, "stopped.json", rounds=6, target_acc=(0.5,), stop_at_target=True)
+    assert stopped["rounds"][-1]["round"] == reached and stopped["summary"]["stopped_at_target"]
+    assert _numbers(stopped) == _numbers(full)[:reached + 1]
+    assert stopped["summary"]["rounds_to_target"] == full["summary"]["rounds_to_target"]
+    with pytest.raises(ConfigError, match="--stop-at-target"):
+        RunConfig(stop_at_target=True)
+
+
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     uninterrupted = _run(tmp_path, "full.json", rounds=5)
 

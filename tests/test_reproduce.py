@@ -125,6 +125,18 @@ def test_corrupt_and_stale_results_are_set_aside_and_rerun(tmp_path):
     assert json.loads(path.read_text())["config"]["rounds"] == 4
 
 
+@needs_mnist
+def test_results_written_before_a_setting_existed_still_count_as_done(tmp_path):
+    # A field added later (with a default that keeps the old behaviour) must not make old results stale.
+    exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
+    exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps)
+    path = results_dir / "tiny" / "smoke" / "a.json"
+    doc = json.loads(path.read_text())
+    del doc["config"]["stop_at_target"]
+    path.write_text(json.dumps(doc))
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+
+
 def test_unknown_experiment_and_scale_are_clear_errors():
     from fedcore.cli import main
 
