@@ -28,6 +28,32 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, **kwargs)
 
 
+LR_GRID_HELP = ("run once per learning rate and keep the best, as McMahan et al. did: the fewest rounds to "
+                "the first --target-acc, else the best accuracy")
+
+
+def _check_lr_grid(grid: list[float] | None) -> tuple[float, ...] | None:
+    if grid is not None and not all(lr > 0 and lr != float("inf") for lr in grid):
+        raise ConfigError(f"--lr-grid must be positive learning rates; got {' '.join(map(str, grid))}")
+    return None if grid is None else tuple(grid)
+
+
+def _run_lr_grid(cfg: C.RunConfig, runtime: C.Runtime, grid: tuple[float, ...]) -> None:
+    """`fedcore run --lr-grid`: one run per lr (results files suffixed -lr<lr>), then the best one."""
+    from fedcore import experiment, metrics
+
+    docs = []
+    for lr in grid:
+        out = None if runtime.out is None else runtime.out.with_name(f"{runtime.out.stem}-lr{lr:g}.json")
+        docs.append(experiment.run(dataclasses.replace(cfg, lr=lr), dataclasses.replace(runtime, out=out)))
+        _print_summary(docs[-1])
+    target = f"{cfg.target_acc[0]:g}" if cfg.target_acc else None
+    best = max(docs, key=lambda d: metrics.lr_grid_score(d["summary"], target, "interpolated"))
+    why = f"fewest rounds to {target}, else best accuracy" if target else "best final accuracy"
+    print(f"lr grid {' '.join(f'{lr:g}' for lr in grid)}: best lr = {best['config']['lr']:g} ({why}); "
+          f"results: {best['path']}")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcore", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     rt.add_argument("--resume", action="store_true", help="continue from the checkpoint beside --out")
     rt.add_argument("--out", type=Path, help="results JSON path (default: runs/<name>-<config hash>.json)")
     rt.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--lr-grid", type=float, nargs="+", metavar="LR", help=LR_GRID_HELP)
 
     rep = sub.add_parser("reproduce", help="run a paper table's cells at a scale and print the scoreboard")
     rep.add_argument("name", nargs="?", help="experiment name (see --list)")
@@ -51,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     rep.add_argument("--only", nargs="+", metavar="CELL", help="run only these cells")
     rep.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes (default: 1)")
+    rep.add_argument("--lr-grid", type=float, nargs="+", metavar="LR",
+                     help="replace every cell's learning-rate grid: " + LR_GRID_HELP)
     rep.add_argument("--list", action="store_true", help="list experiments and how many runs are done")
     rep.add_argument("--scoreboard", action="store_true", help="print the scoreboard without running")
 
@@ -93,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
             runtime = C.Runtime(device=args.device, client_chunk=args.client_chunk,
                                 checkpoint_every=args.checkpoint_every, out=args.out, resume=args.resume,
                                 progress=not args.quiet)
-            _print_summary(experiment.run(cfg, runtime))
+            grid = _check_lr_grid(args.lr_grid)
+            if grid:
+                _run_lr_grid(cfg, runtime, grid)
+            else:
+                _print_summary(experiment.run(cfg, runtime))
         elif args.command == "reproduce":
             from fedcore import experiments, reproduce
 
@@ -106,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.jobs < 1:
                 raise ConfigError(f"--jobs must be >= 1; got {args.jobs}")
             if args.scoreboard:
-                exp = experiments.load(args.name, args.scale)
+                exp = experiments.load(args.name, args.scale, lr_grid=_check_lr_grid(args.lr_grid))
             else:
                 exp = reproduce.reproduce(args.name, args.scale, device=args.device, only=args.only,
-                                          jobs=args.jobs)
+                                          jobs=args.jobs, lr_grid=_check_lr_grid(args.lr_grid))
             print(reproduce.format_scoreboard(exp, reproduce.scoreboard(exp)))
         elif args.command == "bench":
             from fedcore import bench

@@ -80,8 +80,10 @@ def published(directory: Path = EXPERIMENTS_DIR) -> dict:
     return _read_toml(directory / "published.toml")
 
 
-def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells: bool = False) -> Experiment:
-    """Experiment `name` at `scale`; all_cells=True ignores the scale's `cells` selection (for variants)."""
+def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells: bool = False,
+         lr_grid: tuple[float, ...] | None = None) -> Experiment:
+    """Experiment `name` at `scale`; all_cells=True ignores the scale's `cells` selection (for variants);
+    lr_grid replaces every cell's learning-rate grid (--lr-grid)."""
     if scale not in SCALES:
         raise ConfigError(f"--scale must be one of {', '.join(SCALES)}; got {scale!r}")
     path = directory / f"{name}.toml"
@@ -96,6 +98,8 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     if all_cells:
         only = None
     scale_lr_grid = scale_doc.pop("lr_grid", None)
+    if lr_grid is not None:
+        scale_lr_grid = tuple(lr_grid)
     cells = []
     for entry in doc["cells"]:
         entry = dict(entry)

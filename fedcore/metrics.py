@@ -47,3 +47,13 @@ def rounds_to_target_interpolated(rounds: list[int], accs: list[float], target: 
 def first_round_at(rounds: list[int], accs: list[float], target: float) -> int | None:
     """FedUmf's rule: the first evaluated round whose accuracy is at or above the target."""
     return next((r for r, a in zip(rounds, accs) if a >= target), None)
+
+
+def lr_grid_score(summary: dict, target: str | None, rule: str = "interpolated") -> tuple:
+    """McMahan's protocol for a learning-rate grid (sec. 3): the best lr is the one that reaches the target
+    in the fewest rounds; runs that never reach it rank below, by best accuracy. Larger is better.
+    With no target (final-accuracy tables), the final accuracy decides."""
+    if target is None:
+        return (summary["final_acc"],)
+    rounds = summary["rounds_to_target"].get(target, {}).get(rule)
+    return (rounds is not None, -(rounds or 0), summary["best_acc"])

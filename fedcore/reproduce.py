@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from fedcore import __version__, data, experiments, results
+from fedcore import __version__, data, experiments, metrics, results
 from fedcore import config as C
 from fedcore.config import RunConfig, Runtime
 from fedcore.errors import ConfigError
@@ -96,9 +96,9 @@ def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: boo
 
 
 def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | None = None, jobs: int = 1,
-              results_dir: Path = RESULTS_DIR, experiments_dir: Path = experiments.EXPERIMENTS_DIR,
-              log=print) -> experiments.Experiment:
-    exp = experiments.load(name, scale, experiments_dir)
+              lr_grid: tuple[float, ...] | None = None, results_dir: Path = RESULTS_DIR,
+              experiments_dir: Path = experiments.EXPERIMENTS_DIR, log=print) -> experiments.Experiment:
+    exp = experiments.load(name, scale, experiments_dir, lr_grid=lr_grid)
     cells = [c for c in exp.cells if not only or c.name in only]
     if only and not cells:
         raise ConfigError(f"--only: no cell of {name} is named {', '.join(only)}; "
@@ -138,14 +138,8 @@ def _best(exp: experiments.Experiment, statuses: list[RunStatus]) -> RunStatus |
     done = [s for s in statuses if s.status == "done"]
     if not done:
         return None
-
-    def score(st):
-        if exp.metric == "final_acc":
-            return (st.doc["summary"]["final_acc"],)
-        first = _cell_value(exp, st.doc, f"{exp.targets[0]:g}")
-        return (first is not None, -(first or 0), st.doc["summary"]["best_acc"])
-
-    return max(done, key=score)
+    target = None if exp.metric == "final_acc" else f"{exp.targets[0]:g}"
+    return max(done, key=lambda st: metrics.lr_grid_score(st.doc["summary"], target, exp.rule))
 
 
 def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> list[dict]:

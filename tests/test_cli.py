@@ -20,6 +20,8 @@ SMALL = ["--train-subset", "1000", "--test-subset", "200", "--clients", "10", "-
     (["--partition", "zipf"], "--partition must be one of"),
     (["--batch-size", "ten"], "--batch-size must be"),
     (["--device", "tpu"], "--device must be"),
+    (["--lr-grid", "0.1", "-1"], "--lr-grid must be positive learning rates"),
+    (["--stop-at-target"], "--stop-at-target must be used together with --target-acc"),
 ])
 def test_invalid_flags(args, needle, capsys, tmp_path):
     assert main(["run", *SMALL, "--out", str(tmp_path / "r.json"), *args]) == 2
@@ -67,6 +69,18 @@ def test_toml_config_with_flag_override_runs_end_to_end(tmp_path, capsys):
     assert main(["run", "--config", str(cfg), *SMALL, "--rounds", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "B=inf" in printed and "rounds 2" in printed and str(out) in printed
+
+
+@needs_mnist
+def test_lr_grid_runs_every_lr_and_keeps_the_fastest_to_target(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    args = ["run", *SMALL, "--rounds", "2", "--model", "mcmahan_2nn", "--target-acc", "0.6",
+            "--lr-grid", "0.001", "0.1", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert (tmp_path / "r-lr0.001.json").exists() and (tmp_path / "r-lr0.1.json").exists()
+    # lr 0.001 cannot reach 60% in two rounds on MNIST; lr 0.1 does.
+    assert "best lr = 0.1 (fewest rounds to 0.6" in printed and "r-lr0.1.json" in printed.splitlines()[-1]
 
 
 def test_module_entry_point_reports_errors_on_one_line():

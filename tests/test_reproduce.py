@@ -29,6 +29,13 @@ def test_every_scale_loads_and_every_cell_has_its_paper_value(name):
         assert all(set(v) == set(exp.columns) for v in exp.published.values()), name
 
 
+def test_lr_grid_flag_replaces_every_cells_grid():
+    exp = experiments.load("mcmahan_table2_cnn", "paper", lr_grid=(0.03, 0.3))
+    for cell in exp.cells:
+        assert [(run_id.split("--")[1], cfg.lr) for run_id, cfg in cell.variants()] == [("lr0.03", 0.03),
+                                                                                      ("lr0.3", 0.3)]
+
+
 @needs_mnist
 @pytest.mark.parametrize("name", ALL)
 def test_smoke_scale_runs_and_scores(name, tmp_path):
