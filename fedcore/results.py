@@ -26,7 +26,8 @@ SUMMARY_KEYS = {"final_acc", "best_acc", "rounds_to_target", "total_wall_s"}
 
 
 def git_commit() -> str:
-    """The commit of the fedcore checkout ('+dirty' if it has uncommitted changes), or 'unknown'."""
+    """The commit of the fedcore checkout ('+dirty' if it has uncommitted changes); where the checkout has
+    no .git (a copy sent to the accelerator), FEDCORE_GIT_COMMIT as written beside it; else 'unknown'."""
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -35,7 +36,7 @@ def git_commit() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get("FEDCORE_GIT_COMMIT", "unknown")
 
 
 def device_name(device: torch.device) -> str:

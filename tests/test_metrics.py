@@ -18,3 +18,30 @@ def test_target_never_reached():
 
 def test_first_round_rule_takes_the_first_evaluation_at_or_above():
     assert first_round_at([0, 10, 20, 30], [0.5, 0.96, 0.97, 0.98], 0.97) == 20
+
+
+def test_lr_grid_keeps_the_fastest_to_target_then_the_most_accurate():
+    from fedcore.metrics import lr_grid_score
+
+    def summary(rounds, best):
+        return {"rounds_to_target": {"0.97": {"interpolated": rounds}}, "best_acc": best, "final_acc": best}
+
+    fast, slow, never_good, never_bad = summary(12.5, 0.98), summary(30.0, 0.99), summary(None, 0.96), summary(None, 0.9)
+    ranked = sorted([never_bad, slow, fast, never_good], key=lambda s: lr_grid_score(s, "0.97"), reverse=True)
+    assert ranked == [fast, slow, never_good, never_bad]
+    assert lr_grid_score(slow, None) > lr_grid_score(fast, None)  # final-accuracy tables
+
+
+def test_commit_falls_back_to_the_recorded_one_without_git(monkeypatch):
+    import subprocess
+
+    from fedcore import results
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    monkeypatch.setenv("FEDCORE_GIT_COMMIT", "abc123")
+    assert results.git_commit() == "abc123"
+    monkeypatch.delenv("FEDCORE_GIT_COMMIT")
+    assert results.git_commit() == "unknown"
