@@ -54,6 +54,7 @@ class Experiment:
     choices: dict = field(default_factory=dict)
     published: dict = field(default_factory=dict)  # cell name -> {target or "acc": value or None}
     final_acc_column: bool = False
+    omitted: tuple[str, ...] = ()  # the paper's cells this scale does not run (its note says why)
 
     @property
     def columns(self) -> list[str]:
@@ -100,11 +101,12 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     scale_lr_grid = scale_doc.pop("lr_grid", None)
     if lr_grid is not None:
         scale_lr_grid = tuple(lr_grid)
-    cells = []
+    cells, omitted = [], []
     for entry in doc["cells"]:
         entry = dict(entry)
         cell_name, lr_grid = entry.pop("name"), tuple(entry.pop("lr_grid", ()))
         if only is not None and cell_name not in only:
+            omitted.append(cell_name)
             continue
         values = {**doc.get("base", {}), **scale_doc, **entry}  # a cell's own settings define it at every scale
         cfg = C.from_mapping(values, f"{path} cell {cell_name}")
@@ -112,4 +114,4 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     table = published(directory).get(doc.get("published", name), {})
     return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
-                      table.get("cells", {}), bool(doc.get("final_acc_column", False)))
+                      table.get("cells", {}), bool(doc.get("final_acc_column", False)), tuple(omitted))

@@ -167,6 +167,11 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
                 "device": None if best is None else best.doc["env"]["device_name"],
                 "commit": None if best is None else best.doc["env"]["git_commit"][:12],
             })
+    # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
+    for cell in exp.omitted:
+        rows += [{"experiment": exp.name, "cell": cell, "column": key, "paper": exp.published.get(cell, {}).get(key),
+                  "ours": None, "diff": None, "scale": exp.scale, "status": f"not in the {exp.scale} scale",
+                  "run": None, "device": None, "commit": None} for key in exp.columns]
     return rows
 
 
@@ -268,11 +273,10 @@ def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
 
 def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):
     """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and the
-    paper-vs-ours table; where this scale runs none of the cells (its note says why) the paper's cells are
-    listed. Returns (experiment, {cell: results doc})."""
+    paper-vs-ours table (with the paper's cells this scale leaves out). Returns (experiment, {cell: results doc})."""
     from IPython.display import Markdown, display
 
     exp, runs = ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
     display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
-    display(scoreboard_frame(exp if exp.cells else experiments.load(name, "paper")))
+    display(scoreboard_frame(exp))
     return exp, runs

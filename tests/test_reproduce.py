@@ -42,7 +42,11 @@ def test_smoke_scale_runs_and_scores(name, tmp_path):
     exp = reproduce.reproduce(name, "smoke", device="cpu", results_dir=tmp_path, log=lambda *a: None)
     rows = reproduce.scoreboard(exp, tmp_path)
     assert rows and all(r["scale"] == "smoke" for r in rows)
+    assert {r["cell"] for r in rows} == {c.name for c in exp.cells} | set(exp.omitted)  # the whole table
     for r in rows:
+        if r["cell"] in exp.omitted:
+            assert r["status"] == "not in the smoke scale" and r["ours"] is None
+            continue
         if exp.cells[0].config.dataset == "cifar10":
             assert r["status"] == "not run: cifar10 not available offline" and r["ours"] is None
         else:
