@@ -6,6 +6,8 @@ partial batch is kept), with SGD (learning rate eta, weight decay lambda, option
 mean cross-entropy of the batch, plus optional terms an algorithm asks for:
   prox_mu/2 * ||w - anchor||^2      (FedProx's proximal term)
   <grad_shift, w>                    (a linear correction: SCAFFOLD, FedDyn, FedDC)
+and, optionally, each step's gradient of that objective clipped to an L2 norm over all parameters (before
+weight decay), as torch.nn.utils.clip_grad_norm_ does in the FedDyn and FedDC authors' code.
 The engine knows nothing about federation: algorithms choose start points and read the results.
 
 The fast path trains a chunk of clients at once with torch.func (vmap over grad of a functional call).
@@ -47,6 +49,7 @@ class LocalTraining:
     weight_decay: float = 0.0  # lambda
     momentum: float = 0.0
     prox_mu: float = 0.0  # FedProx mu
+    max_grad_norm: float = 0.0  # clip each step's gradient to this L2 norm (0: no clipping)
 
     def batch_len(self, n: int) -> int:
         return n if self.batch_size == 0 else min(self.batch_size, n)
@@ -88,6 +91,10 @@ def _sgd_update(p: P.Params, g: P.Params, mom: P.Params | None, cfg: LocalTraini
     Fused _foreach ops: with a whole cohort's weights in memory this update is bandwidth-bound.
     """
     params, grads = list(p.values()), list(g.values())
+    if cfg.max_grad_norm:  # per client, as clip_grad_norm_: coef = min(1, max_norm / (||g|| + 1e-6))
+        norms = torch.sqrt(sum((v ** 2).reshape(v.shape[0], -1).sum(1) for v in grads))
+        coef = torch.clamp(cfg.max_grad_norm / (norms + 1e-6), max=1.0)
+        grads = [v * coef.view(-1, *[1] * (v.dim() - 1)).to(v.dtype) for v in grads]
     if cfg.weight_decay:
         torch._foreach_add_(grads, params, alpha=cfg.weight_decay)
     if mom is not None:
@@ -208,6 +215,8 @@ def train_client_reference(model: nn.Module, start: P.Params, start_buffers: P.P
                 objective = objective + sum((grad_shift[k] * named[k]).sum() for k in named)
             opt.zero_grad()
             objective.backward()
+            if cfg.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             opt.step()
             losses.append(ce.item())
     return P.trainable(model), P.buffers(model), sum(losses) / len(losses)

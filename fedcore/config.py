@@ -38,6 +38,8 @@ class RunConfig:
     lr_decay: float = _help("per-round learning-rate decay: eta_t = eta * decay^(t-1)", default=1.0)
     momentum: float = _help("client SGD momentum", default=0.0)
     weight_decay: float = _help("lambda: client weight decay", default=0.0)
+    max_grad_norm: float = _help("clip each local step's gradient to this L2 norm over all parameters, before "
+                                 "weight decay (0 = off; the FedDyn and FedDC code use 10)", default=0.0)
     weighting: str = _help("aggregation weights p_k: samples (n_k/n) or uniform (1/m)", default="samples")
     rounds: int = _help("T: communication rounds", default=200)
     eval_every: int = _help("evaluate the global model every this many rounds (and at the last)", default=1)
@@ -84,6 +86,7 @@ class RunConfig:
         need(0 < self.lr_decay <= 1, "lr-decay", "in (0, 1]")
         need(0 <= self.momentum < 1, "momentum", "in [0, 1)")
         need(self.weight_decay >= 0, "weight-decay", ">= 0")
+        need(self.max_grad_norm >= 0, "max-grad-norm", ">= 0 (0 = no clipping)")
         need(self.rounds >= 1, "rounds", ">= 1")
         need(self.eval_every >= 1, "eval-every", ">= 1")
         need(all(0 < a <= 1 for a in self.target_acc), "target-acc", "accuracies in (0, 1]")

@@ -147,7 +147,8 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     try:
         for t in bar:
             lr_t = cfg.lr * cfg.lr_decay ** (t - 1)
-            local = LocalTraining(cfg.local_epochs, cfg.batch_size, lr_t, cfg.weight_decay, cfg.momentum)
+            local = LocalTraining(cfg.local_epochs, cfg.batch_size, lr_t, cfg.weight_decay, cfg.momentum,
+                                  max_grad_norm=cfg.max_grad_norm)
 
             def train(start, start_buffers, ids, anchor=None, grad_shift=None, prox_mu=0.0):
                 ids = ids.tolist()

@@ -73,6 +73,13 @@ def test_linear_correction_matches_plain_loop():
     _compare("mcmahan_2nn", LocalTraining(epochs=1, batch_size=10, lr=0.05), SIZES, shift_scale=1e-3)
 
 
+def test_gradient_clipping_matches_clip_grad_norm_in_the_plain_loop():
+    clipped = LocalTraining(epochs=2, batch_size=8, lr=0.05, weight_decay=1e-3, prox_mu=0.1, max_grad_norm=0.5)
+    fast = _compare("mcmahan_2nn", clipped, SIZES, client_chunk=2, shift_scale=1e-3)
+    free = _compare("mcmahan_2nn", dataclasses.replace(clipped, max_grad_norm=0.0), SIZES, shift_scale=1e-3)
+    assert P.norm(P.sub(fast.params, free.params)) > 1e-3  # the bound was active, not a no-op
+
+
 def test_batchnorm_cnn_matches_plain_loop():
     # In float64: BatchNorm over MNIST's near-constant background channels amplifies float32 rounding
     # chaotically (a 1e-7 perturbation of the start grows to ~50% in 8 plain-loop steps at lr 0.05), which
