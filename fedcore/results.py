@@ -26,14 +26,16 @@ SUMMARY_KEYS = {"final_acc", "best_acc", "rounds_to_target", "total_wall_s"}
 
 
 def git_commit() -> str:
-    """The commit of the fedcore checkout ('+dirty' if it has uncommitted changes); where the checkout has
+    """The commit of the fedcore checkout ('+dirty' if code or configs have uncommitted changes); where the checkout has
     no .git (a copy sent to the accelerator), FEDCORE_GIT_COMMIT as written beside it; else 'unknown'."""
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                              check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        # results/ holds outputs, not code: writing them must not mark the next run's commit dirty
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                                ":(top,exclude)results"], cwd=here, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return os.environ.get("FEDCORE_GIT_COMMIT", "unknown")
