@@ -99,7 +99,10 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
 
     args = [sys.executable, "-m", "fedcore", "run", *SMALL, "--rounds", "12", "--checkpoint-every", "1"]
     out = tmp_path / "r.json"
-    proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=os.environ)
+    # SIG_DFL first: a shell runs background jobs with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt (that is how `make test &` would run this test).
+    proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=os.environ,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while not out.with_name("r.json.ckpt").exists() and time.time() < deadline:
         time.sleep(0.05)
