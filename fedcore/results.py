@@ -26,8 +26,9 @@ SUMMARY_KEYS = {"final_acc", "best_acc", "rounds_to_target", "total_wall_s"}
 
 
 def git_commit() -> str:
-    """The commit of the fedcore checkout ('+dirty' if code or configs have uncommitted changes); where the checkout has
-    no .git (a copy sent to the accelerator), FEDCORE_GIT_COMMIT as written beside it; else 'unknown'."""
+    """The commit of the fedcore checkout ('+dirty' if code or configs have uncommitted changes); where the
+    checkout has no .git (a copy sent to the accelerator), FEDCORE_GIT_COMMIT as written beside it; else
+    'unknown'."""
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -147,6 +148,13 @@ def group_curves(runs: dict[str, dict], level: str = "kinds"):
                         columns=["run", "round", "group", "N", "E", "step"])
 
 
+def _legend_or_empty(ax, runs: dict, **legend_kw) -> None:
+    if runs:
+        ax.legend(**legend_kw)
+    else:
+        ax.text(0.5, 0.5, "no results at this scale yet", ha="center", va="center", transform=ax.transAxes)
+
+
 def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: float | None = None,
                   paper_rounds: dict[str, float] | None = None, ylim=None) -> None:
     """Test accuracy vs round per run; the target as a grey line; the paper's rounds-to-target as markers."""
@@ -170,10 +178,7 @@ def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: f
     if ylim:
         ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
-    if runs:
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no results at this scale yet", ha="center", va="center", transform=ax.transAxes)
+    _legend_or_empty(ax, runs, fontsize=8)
 
 
 def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True, group: tuple | None = None) -> None:
@@ -195,10 +200,7 @@ def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True,
         ax.set_yscale("log")
     ax.set(xlabel="communication round", ylabel="L2 norm")
     ax.grid(alpha=0.3, which="both")
-    if runs:
-        ax.legend(fontsize=7, ncol=2)
-    else:
-        ax.text(0.5, 0.5, "no results at this scale yet", ha="center", va="center", transform=ax.transAxes)
+    _legend_or_empty(ax, runs, fontsize=7, ncol=2)
 
 
 def plot_class_counts(ax, counts, title: str) -> None:

@@ -165,8 +165,22 @@ def sampling_variance_monte_carlo(x: np.ndarray, M: int, samples: int,
 # Federated test problems
 # ----------------------------------------------------------------------------------------------------------
 
+class _ClientProblem:
+    """What every test problem shares: n clients and dimension d, read off its [n, d] client centers."""
+
+    centers: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.centers)
+
+    @property
+    def d(self) -> int:
+        return self.centers.shape[1]
+
+
 @dataclass(frozen=True)
-class QuadraticProblem:
+class QuadraticProblem(_ClientProblem):
     """Client losses l_i(theta) = 1/2 (theta - c_i)^T A_i (theta - c_i), f = (1/n) sum_i l_i, stochastic
     gradient grad l_i(theta) + xi with xi ~ N(0, noise_std^2 I_d), domain Theta = B(theta*, radius).
 
@@ -180,14 +194,6 @@ class QuadraticProblem:
     noise_std: float
     radius: float  # np.inf: no projection
     theta_init: np.ndarray  # [d], theta_1
-
-    @property
-    def n(self) -> int:
-        return len(self.centers)
-
-    @property
-    def d(self) -> int:
-        return self.centers.shape[1]
 
     @property
     def L(self) -> float:
@@ -273,7 +279,7 @@ def simplex_problem(n: int, mu: float = 1e-3, gradient_norm: float = 1.0) -> Qua
 
 
 @dataclass(frozen=True)
-class CosineProblem:
+class CosineProblem(_ClientProblem):
     """Smooth non-convex clients l_i(theta) = sum_j a_j (1 - cos(theta_j - c_ij)), stochastic gradient
     grad l_i(theta) + xi, xi ~ N(0, noise_std^2 I_d).
 
@@ -288,14 +294,6 @@ class CosineProblem:
     centers: np.ndarray  # [n, d], c_ij
     noise_std: float
     theta_init: np.ndarray  # [d], theta_0
-
-    @property
-    def n(self) -> int:
-        return len(self.centers)
-
-    @property
-    def d(self) -> int:
-        return self.centers.shape[1]
 
     @property
     def L(self) -> float:
