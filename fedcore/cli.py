@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from fedcore import config as C
-from fedcore.errors import ConfigError, RunInterrupted
+from fedcore.errors import ConfigError, ReproduceInterrupted, RunInterrupted, stopping_like_ctrl_c
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="timed repetitions, best kept (default: 3)")
     bench.add_argument("--only", nargs="+", help="run only cases whose name contains one of these words")
     bench.add_argument("--out", type=Path, help="also write the figures to this JSON file")
+    bench.add_argument("--profile", action="store_true",
+                       help="print torch.profiler's top operators for one vectorized cohort per case instead")
     return parser
 
 
@@ -115,6 +117,11 @@ def _print_summary(doc: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    with stopping_like_ctrl_c():
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             from fedcore import experiment
@@ -148,12 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             from fedcore import bench
 
-            bench.main(device=args.device, repeats=args.repeats, only=args.only, out=args.out)
+            if args.profile:
+                bench.profile(bench.resolve_device(args.device), args.only)
+            else:
+                bench.main(device=args.device, repeats=args.repeats, only=args.only, out=args.out)
     except ConfigError as exc:
         print(f"fedcore: error: {exc}", file=sys.stderr)
         return 2
-    except RunInterrupted as exc:
+    except (RunInterrupted, ReproduceInterrupted) as exc:
         print(f"fedcore: {exc}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # outside a run (loading, benchmarks): nothing to checkpoint
+        print("fedcore: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly (Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

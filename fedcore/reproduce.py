@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from fedcore import __version__, data, experiments, metrics, results
+from fedcore import __version__, data, errors, experiments, metrics, results
 from fedcore import config as C
 from fedcore.config import RunConfig, Runtime
 from fedcore.errors import ConfigError
@@ -71,14 +71,16 @@ def set_aside(path: Path, why: str) -> Path:
     return aside
 
 
-def _die_with_parent() -> None:
-    """Worker initializer (Linux): a killed `reproduce` takes its workers along, as if they got Ctrl-C, so
-    they checkpoint and stop instead of running on unattended."""
+def _init_worker() -> None:
+    """Worker initializer: SIGINT/SIGTERM checkpoint and stop the cell in flight, and (Linux) a killed
+    `reproduce` takes its workers along the same way instead of leaving them running unattended."""
+    import signal
+
+    errors.stop_like_ctrl_c()
     try:
         import ctypes
-        import signal
 
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -114,15 +116,23 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
                 todo.append(st)
     log(f"{exp.name} [{scale}]: {len(todo)} run(s) to do" + (f" ({exp.scale_note})" if exp.scale_note else ""))
     if jobs <= 1:
-        for i, st in enumerate(todo, 1):
-            log(f"[{i}/{len(todo)}] {st.run_id}")
-            _run_one(st.config, str(st.path), device, 0, True)
+        try:
+            for i, st in enumerate(todo, 1):
+                log(f"[{i}/{len(todo)}] {st.run_id}")
+                _run_one(st.config, str(st.path), device, 0, True)
+        except errors.RunInterrupted:
+            raise errors.ReproduceInterrupted() from None
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_die_with_parent) as pool:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_worker) as pool:
             futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False) for st in todo]
-            for i, f in enumerate(futures, 1):
-                log(f"[{i}/{len(todo)}] done {Path(f.result()).stem}")
+            try:
+                for i, f in enumerate(futures, 1):
+                    log(f"[{i}/{len(todo)}] done {Path(f.result()).stem}")
+            except (KeyboardInterrupt, errors.RunInterrupted):
+                # the cells in flight got the signal too and checkpoint; the queued ones must not start
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise errors.ReproduceInterrupted() from None
     return exp
 
 

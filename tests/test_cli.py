@@ -91,7 +91,8 @@ def test_module_entry_point_reports_errors_on_one_line():
 
 
 @needs_mnist
-def test_ctrl_c_writes_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_writes_a_checkpoint_and_resume_finishes_the_same_run(tmp_path, sig):
     import json
     import os
     import signal
@@ -106,7 +107,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_finishes_the_same_run(tmp_path):
     deadline = time.time() + 60
     while not out.with_name("r.json.ckpt").exists() and time.time() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, sig))  # SIGTERM: `kill`, `timeout`, batch schedulers
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "checkpoint written to" in err and "--resume" in err

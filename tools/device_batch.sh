@@ -1,34 +1,46 @@
 #!/bin/bash
 # Paper-scale runs on the lent accelerator; see DEVELOPERS.md ("A lease on the accelerator").
-#   usage (there): bash tools/device_batch.sh [--bench] EXPERIMENT...
-# Runs `fedcore reproduce NAME --scale paper --device cuda` for each experiment in order until the time
-# budget is spent, then packs results/*/paper (and benchmarks/) into $OUT/results.tgz: the device tool
-# brings back at most 8 files. The machine has its own torch: no virtualenv, the checkout on PYTHONPATH.
+#   usage (there): bash tools/device_batch.sh [--tests] [--bench] [--profile] EXPERIMENT...
+# --tests runs the CUDA tests, --bench the engine benchmark (benchmarks/engine-cuda.json), --profile the
+# profiler's top operators; then `fedcore reproduce NAME --scale paper --device cuda` for each experiment in
+# order until the time budget is spent (SIGTERM then: the cells in flight checkpoint). results/*/paper and
+# benchmarks/ are packed into $OUT/results.tgz: the device tool brings back at most 8 files. The machine
+# has its own torch: no virtualenv, the checkout on PYTHONPATH.
 set -u
 : "${OUT:?OUT is unset: run this through the device tool}"
-budget=${BUDGET_S:-540}   # seconds of runs; the rest of the 600 s call packs and returns
+budget=${BUDGET_S:-540}   # seconds of work; the rest of the 600 s call packs and returns
 jobs=${JOBS:-4}
 scale=${SCALE:-paper} device=${DEVICE:-cuda} python=${PYTHON:-python3}   # overridable to try it on a CPU
 start=$SECONDS
+log="$OUT/log.txt"
 
 mkdir -p /tmp/data/MNIST/raw
 cp .device/MNIST/*.gz /tmp/data/MNIST/raw/ && gunzip -f /tmp/data/MNIST/raw/*.gz || exit 1
 export FEDCORE_DATA=/tmp/data PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 export FEDCORE_GIT_COMMIT=$(cat .device/commit 2>/dev/null || echo unknown)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/log.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$log"
 $python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)" \
-    | tee -a "$OUT/log.txt"
+    | tee -a "$log"
 
-if [ "${1:-}" = "--bench" ]; then
+left() { echo $((budget - (SECONDS - start))); }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --tests) timeout -k 10 "$(left)" $python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
+                     2>&1 | tee -a "$log" ;;
+        --bench) timeout -k 10 "$(left)" $python -m fedcore bench --device "$device" \
+                     --out benchmarks/engine-cuda.json 2>&1 | tee -a "$log" ;;
+        --profile) timeout -k 10 "$(left)" $python -m fedcore bench --device "$device" --profile \
+                     > "$OUT/profile.txt" 2>&1 ;;
+        *) break ;;
+    esac
     shift
-    $python -m fedcore bench --device "$device" --out benchmarks/engine-cuda.json 2>&1 | tee -a "$OUT/log.txt"
-fi
+done
 for name in "$@"; do
-    left=$((budget - (SECONDS - start)))
-    [ "$left" -gt 20 ] || { echo "budget spent before $name" | tee -a "$OUT/log.txt"; break; }
-    # SIGINT: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
-    timeout --signal=INT "$left" $python -m fedcore reproduce "$name" --scale "$scale" --device "$device" \
-        --jobs "$jobs" 2>&1 | tee -a "$OUT/log.txt"
+    [ "$(left)" -gt 20 ] || { echo "budget spent before $name" | tee -a "$log"; break; }
+    echo "== $name: $(left) s left" | tee -a "$log"
+    # SIGTERM: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
+    timeout -k 30 "$(left)" $python -m fedcore reproduce "$name" --scale "$scale" --device "$device" \
+        --jobs "$jobs" 2>&1 | tee -a "$log"
 done
 tar czf "$OUT/results.tgz" $(ls -d results/*/"$scale" 2>/dev/null) benchmarks
-echo "packed $(tar tzf "$OUT/results.tgz" | grep -c '\.json$') json files in $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
+echo "packed $(tar tzf "$OUT/results.tgz" | grep -c '\.json$') json files in $((SECONDS - start)) s" | tee -a "$log"
