@@ -26,9 +26,11 @@ SUMMARY_KEYS = {"final_acc", "best_acc", "rounds_to_target", "total_wall_s"}
 
 
 def git_commit() -> str:
-    """The commit of the fedcore checkout ('+dirty' if code or configs have uncommitted changes); where the
-    checkout has no .git (a copy sent to the accelerator), FEDCORE_GIT_COMMIT as written beside it; else
-    'unknown'."""
+    """The commit of the fedcore checkout ('+dirty' if code or configs have uncommitted changes), unless
+    FEDCORE_GIT_COMMIT names it: a copy sent to the accelerator carries no history of its own, or a stale
+    one; 'unknown' where neither is to be had."""
+    if os.environ.get("FEDCORE_GIT_COMMIT"):
+        return os.environ["FEDCORE_GIT_COMMIT"]
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -39,7 +41,7 @@ def git_commit() -> str:
                                timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("FEDCORE_GIT_COMMIT", "unknown")
+        return "unknown"
 
 
 def device_name(device: torch.device) -> str:

@@ -32,7 +32,7 @@ def test_lr_grid_keeps_the_fastest_to_target_then_the_most_accurate():
     assert lr_grid_score(slow, None) > lr_grid_score(fast, None)  # final-accuracy tables
 
 
-def test_commit_falls_back_to_the_recorded_one_without_git(monkeypatch):
+def test_commit_named_in_the_environment_wins_else_unknown_without_git(monkeypatch):
     import subprocess
 
     from fedcore import results
