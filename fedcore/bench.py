@@ -17,7 +17,7 @@ import torch
 
 from fedcore import models, results
 from fedcore import params as P
-from fedcore.client import LocalTraining, train_client_reference, train_cohort
+from fedcore.client import LocalTraining, auto_batching, train_client_reference, train_cohort
 from fedcore.data import STATS, Dataset
 from fedcore.experiment import resolve_device
 
@@ -87,16 +87,17 @@ def _cohort(case: Case, device: torch.device):
         for i, (ix, g) in enumerate(zip(parts[:loop_clients], gens())):
             train_client_reference(model, P.row(start, i), P.row(start_b, i), ix, data, cfg, g)
 
-    return vectorized, plain_loop, clients, loop_clients
+    return vectorized, plain_loop, clients, loop_clients, auto_batching(model, device)
 
 
 def run_case(case: Case, device: torch.device, repeats: int) -> dict:
-    vectorized, plain_loop, clients, loop_clients = _cohort(case, device)
+    vectorized, plain_loop, clients, loop_clients, batching = _cohort(case, device)
     per_client = case.examples_per_client * case.epochs
     t_vec, t_loop = _best_time(vectorized, repeats, device), _best_time(plain_loop, repeats, device)
     vec_rate, loop_rate = clients * per_client / t_vec, loop_clients * per_client / t_loop
     target = GPU_TARGET if device.type == "cuda" else case.cpu_target
     return {"case": case.name, "clients": clients, "loop_clients": loop_clients, "batch_size": case.batch_size,
+            "batching": batching,
             "vectorized_samples_per_s": vec_rate, "loop_samples_per_s": loop_rate,
             "ratio": vec_rate / loop_rate, "target": target}
 
@@ -114,7 +115,7 @@ def profile(device: torch.device, only: list[str] | None = None, rows: int = 25)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     for case in _cases(device, only):
-        vectorized, _, clients, _ = _cohort(case, device)
+        vectorized, _, clients, _, _ = _cohort(case, device)
         vectorized()  # warm-up outside the trace
         with torch_profile(activities=activities) as prof:
             vectorized()
@@ -129,7 +130,9 @@ def main(device: str = "auto", repeats: int = 3, only: list[str] | None = None, 
     env = results.env_info(dev)
     print(f"engine benchmark on {env['device_name']} ({dev}), torch {env['torch_version']}, "
           f"{env['torch_threads']} threads, commit {env['git_commit']}")
-    loop_note = f"   (loop timed on {GPU_LOOP_CLIENTS} clients: its time is linear in them)" if dev.type == "cuda" else ""
+    loop_note = ""
+    if dev.type == "cuda":
+        loop_note = f"   (loop timed on {GPU_LOOP_CLIENTS} clients: its time is linear in them)"
     print(f"{'case':<22}{'clients':>8}{'vectorized/s':>15}{'loop/s':>12}{'ratio':>8}{'target':>8}{loop_note}")
     rows = []
     for case in _cases(dev, only):
@@ -137,7 +140,8 @@ def main(device: str = "auto", repeats: int = 3, only: list[str] | None = None, 
         rows.append(r)
         ok = "ok" if r["ratio"] >= r["target"] else "BELOW"
         print(f"{r['case']:<22}{r['clients']:>8}{r['vectorized_samples_per_s']:>15,.0f}"
-              f"{r['loop_samples_per_s']:>12,.0f}{r['ratio']:>7.1f}x{r['target']:>7.0f}x {ok}", flush=True)
+              f"{r['loop_samples_per_s']:>12,.0f}{r['ratio']:>7.1f}x{r['target']:>7.0f}x {ok} ({r['batching']})",
+              flush=True)
     if out:
         results.write_json_atomic(Path(out), {"env": env, "repeats": repeats, "cases": rows})
         print(f"written to {out}")

@@ -130,6 +130,7 @@ class Runtime:
     out: Path | None = None  # results JSON path
     resume: bool = False
     progress: bool = True
+    parallel_runs: int = 1  # runs sharing the machine (reproduce --jobs); recorded: it stretches wall times
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):

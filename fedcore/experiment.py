@@ -118,7 +118,7 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     groups = models.layer_groups(model)
     algo = algorithms.make(cfg)
     state = algo.init(P.trainable(model), P.buffers(model), cfg.clients)
-    env = results.env_info(device)
+    env = {**results.env_info(device), "parallel_runs": runtime.parallel_runs}
     history: list[dict] = []
     start_round, wall_before = 0, 0.0
     if runtime.resume and ckpt_path.exists():

@@ -71,12 +71,24 @@ def set_aside(path: Path, why: str) -> Path:
     return aside
 
 
+# A worker process's view of an interruption. The pool hands each worker its next cell before the last
+# one ends, so after a signal a worker must also refuse the cells already handed to it.
+_worker = {"running": False, "stopping": False}
+
+
+def _on_signal_in_worker(signum, frame) -> None:
+    _worker["stopping"] = True
+    if _worker["running"]:
+        raise KeyboardInterrupt  # the cell in flight checkpoints and stops
+
+
 def _init_worker() -> None:
-    """Worker initializer: SIGINT/SIGTERM checkpoint and stop the cell in flight, and (Linux) a killed
-    `reproduce` takes its workers along the same way instead of leaving them running unattended."""
+    """Worker initializer: SIGINT/SIGTERM checkpoint and stop the cell in flight and skip the rest, and
+    (Linux) a killed `reproduce` takes its workers along the same way instead of leaving them running."""
     import signal
 
-    errors.stop_like_ctrl_c()
+    signal.signal(signal.SIGINT, _on_signal_in_worker)
+    signal.signal(signal.SIGTERM, _on_signal_in_worker)
     try:
         import ctypes
 
@@ -85,15 +97,23 @@ def _init_worker() -> None:
         pass
 
 
-def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: bool) -> str:
+def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: bool,
+             parallel_runs: int = 1) -> str | None:
+    """Run one cell; None if it was skipped because the worker had been told to stop."""
     import torch
 
     from fedcore import experiment
 
+    if _worker["stopping"]:
+        return None
     if threads:
         torch.set_num_threads(threads)
-    experiment.run(cfg, Runtime(device=device, out=Path(path), checkpoint_every=CHECKPOINT_EVERY,
-                                resume=True, progress=progress))
+    _worker["running"] = True
+    try:
+        experiment.run(cfg, Runtime(device=device, out=Path(path), checkpoint_every=CHECKPOINT_EVERY,
+                                    resume=True, progress=progress, parallel_runs=parallel_runs))
+    finally:
+        _worker["running"] = False
     return path
 
 
@@ -125,14 +145,21 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_worker) as pool:
-            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False) for st in todo]
+            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False, jobs) for st in todo]
+            interrupted = False
             try:
                 for i, f in enumerate(futures, 1):
-                    log(f"[{i}/{len(todo)}] done {Path(f.result()).stem}")
+                    path = f.result()
+                    if path is None:  # skipped: the workers alone were signalled
+                        interrupted = True
+                        break
+                    log(f"[{i}/{len(todo)}] done {Path(path).stem}")
             except (KeyboardInterrupt, errors.RunInterrupted):
+                interrupted = True
+            if interrupted:
                 # the cells in flight got the signal too and checkpoint; the queued ones must not start
                 pool.shutdown(wait=True, cancel_futures=True)
-                raise errors.ReproduceInterrupted() from None
+                raise errors.ReproduceInterrupted()
     return exp
 
 
@@ -163,11 +190,14 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
             ours = None if best is None else _cell_value(exp, best.doc, key)
             if key == "acc" and ours is not None:
                 ours = round(100 * ours, 2)  # the papers print accuracy in percent
+            done = sum(s.status == "done" for s in statuses)
             if best is None:
                 status = next((s.detail for s in statuses if s.status == "no-data"), "not run")
             else:
-                status = "done" + ("" if ours is not None or key == "acc"
-                                   else f": not reached in {best.doc['summary']['rounds_completed']} rounds")
+                # a learning-rate grid not yet run to the end: our number is the best so far, and says so
+                status = "done" if done == len(statuses) else f"partial: {done} of {len(statuses)} learning rates"
+                if ours is None and key != "acc":
+                    status += f": not reached in {best.doc['summary']['rounds_completed']} rounds"
             rows.append({
                 "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
                 "ours": None if ours is None else round(ours, 2),
@@ -175,13 +205,14 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
                 "scale": exp.scale, "status": status,
                 "run": None if best is None else best.run_id,
                 "device": None if best is None else best.doc["env"]["device_name"],
+                "wall_s": None if best is None else best.doc["summary"]["total_wall_s"],
                 "commit": None if best is None else best.doc["env"]["git_commit"][:12],
             })
     # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
     for cell in exp.omitted:
         rows += [{"experiment": exp.name, "cell": cell, "column": key, "paper": exp.published.get(cell, {}).get(key),
                   "ours": None, "diff": None, "scale": exp.scale, "status": f"not in the {exp.scale} scale",
-                  "run": None, "device": None, "commit": None} for key in exp.columns]
+                  "run": None, "device": None, "wall_s": None, "commit": None} for key in exp.columns]
     return rows
 
 

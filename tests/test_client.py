@@ -5,9 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from fedcore import models, seeding
+from fedcore import models, seeding, stacked
 from fedcore import params as P
 from fedcore.client import LocalTraining, epoch_orders, train_client_reference, train_cohort
+from fedcore.errors import ConfigError
 from tests.helpers import mnist_subset, needs_mnist
 
 pytestmark = needs_mnist
@@ -27,6 +28,11 @@ def _rel_err(got: P.Params, want: P.Params, start: P.Params) -> float:
 
 
 def _compare(name, cfg, sizes, shape=None, client_chunk=0, shift_scale=0.0, dtype=torch.float32):
+    """Both batchings of the engine against the plain loop; returns the stacked one's result."""
+    return [_compare_one(name, cfg, sizes, shape, client_chunk, shift_scale, dtype, b) for b in ("vmap", "stacked")][1]
+
+
+def _compare_one(name, cfg, sizes, shape, client_chunk, shift_scale, dtype, batching):
     data = mnist_subset(sum(sizes), 10)
     data = dataclasses.replace(data, mean=data.mean.to(dtype), std=data.std.to(dtype))
     with seeding.seeded_global_rng(0):
@@ -39,7 +45,8 @@ def _compare(name, cfg, sizes, shape=None, client_chunk=0, shift_scale=0.0, dtyp
         g = torch.Generator().manual_seed(1)
         shift = {k: shift_scale * torch.randn(v.shape, generator=g) for k, v in start.items()}
     gens = [torch.Generator().manual_seed(100 + i) for i in range(m)]
-    fast = train_cohort(model, start, start_b, parts, data, cfg, gens, grad_shift=shift, client_chunk=client_chunk)
+    fast = train_cohort(model, start, start_b, parts, data, cfg, gens, grad_shift=shift, client_chunk=client_chunk,
+                        batching=batching)
     for i, ix in enumerate(parts):
         ref_p, ref_b, ref_loss = train_client_reference(
             model, P.row(start, i), P.row(start_b, i), ix, data, cfg, torch.Generator().manual_seed(100 + i),
@@ -86,6 +93,32 @@ def test_batchnorm_cnn_matches_plain_loop():
     # would hide a real mismatch behind noise. In float64 the two paths agree to ~1e-12.
     _compare("fednnnn_cifar", LocalTraining(epochs=2, batch_size=10, lr=0.05, momentum=0.5), [23, 10, 17],
              shape=(1, 28, 28), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", [n for n in models.MODEL_NAMES if n != "resnet18"])
+def test_stacked_forward_equals_each_clients_own_forward(name):
+    model = models.build(name).double().train()
+    assert stacked.supports(model)
+    c, B = 3, 5
+    g = torch.Generator().manual_seed(0)
+    params = {k: v + 0.1 * torch.randn(v.shape, generator=g, dtype=v.dtype)
+              for k, v in P.broadcast(P.trainable(model), c).items()}
+    buffers = P.broadcast(P.buffers(model), c)
+    x = torch.randn(c, B, *models.DEFAULT_INPUT_SHAPE[name], generator=g, dtype=torch.float64)
+    logits, new_buffers = stacked.forward(model, params, buffers, x)
+    for i in range(c):
+        model.load_state_dict({**P.row(params, i), **P.row(buffers, i)})
+        assert torch.allclose(logits[i], model(x[i]), atol=1e-10)
+        for k, v in P.buffers(model).items():  # the module updated its running statistics in place
+            assert torch.allclose(new_buffers[k][i], v, atol=1e-12), k
+
+
+def test_resnet_is_left_to_vmap():
+    model = models.build("resnet18")
+    assert not stacked.supports(model)
+    with pytest.raises(ConfigError, match="batching must be"):
+        train_cohort(model, {}, {}, [torch.arange(3)], mnist_subset(3, 1), LocalTraining(1, 1, 0.1), [None],
+                     batching="stacked")
 
 
 def test_chunking_does_not_change_results():

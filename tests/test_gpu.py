@@ -13,13 +13,16 @@ from tests.helpers import mnist_subset, needs_mnist
 pytestmark = [pytest.mark.gpu, needs_mnist]
 
 
-def test_engine_matches_plain_loop_on_cuda():
+@pytest.mark.parametrize("batching", ["stacked", "vmap"])
+@pytest.mark.parametrize("name", ["mcmahan_2nn", "fednnnn_mnist"])
+def test_engine_matches_plain_loop_on_cuda(name, batching):
     data = mnist_subset(120, 10).to("cuda")
-    model = models.build("fednnnn_mnist").cuda()
+    model = models.build(name).cuda()
     parts = list(torch.arange(120, device="cuda").split([50, 37, 33]))
-    cfg = LocalTraining(epochs=1, batch_size=10, lr=0.05, momentum=0.5)
+    cfg = LocalTraining(epochs=1, batch_size=10, lr=0.05, momentum=0.5, prox_mu=0.01)
     start, sb = P.broadcast(P.trainable(model), 3), P.broadcast(P.buffers(model), 3)
-    fast = train_cohort(model, start, sb, parts, data, cfg, [torch.Generator().manual_seed(i) for i in range(3)])
+    fast = train_cohort(model, start, sb, parts, data, cfg, [torch.Generator().manual_seed(i) for i in range(3)],
+                        batching=batching)
     for i, ix in enumerate(parts):
         ref, _, _ = train_client_reference(model, P.row(start, i), P.row(sb, i), ix, data, cfg,
                                            torch.Generator().manual_seed(i))

@@ -162,3 +162,34 @@ def test_committed_results_show_without_the_dataset(tmp_path, monkeypatch):
                               log=lambda *a: None)
     monkeypatch.setattr(reproduce.data, "available", lambda name, root=None: False)
     assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+
+
+@needs_mnist
+def test_a_learning_rate_grid_run_in_part_says_so(tmp_path):
+    exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
+    exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                              lr_grid=(0.05, 0.1), log=lambda *a: None)
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+    (results_dir / "tiny" / "smoke" / "a--lr0.1.json").unlink()
+    row = reproduce.scoreboard(exp, results_dir)[0]
+    assert row["status"].startswith("partial: 1 of 2 learning rates") and row["run"] == "a--lr0.05"
+
+
+@needs_mnist
+def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_path):
+    exps, out = _tiny(tmp_path, rounds=5000), tmp_path / "results"  # far more than the wait below
+    script = ("import sys; from pathlib import Path; from fedcore import errors, reproduce; "
+              "errors.stop_like_ctrl_c(); "
+              "reproduce.reproduce('tiny', 'smoke', device='cpu', jobs=2, lr_grid=(0.01, 0.02, 0.03, 0.04), "
+              "results_dir=Path(sys.argv[1]), experiments_dir=Path(sys.argv[2]), log=lambda *a: None)")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(out), str(exps)], env=os.environ,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    folder = out / "tiny" / "smoke"
+    deadline = time.time() + 120
+    while len(list(folder.glob("*.ckpt"))) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` and a terminal's Ctrl-C do: the whole group
+    _, err = proc.communicate(timeout=120)
+    assert "ReproduceInterrupted" in err
+    started = {p.name.split(".json")[0] for p in folder.iterdir()}
+    assert started == {"a--lr0.01", "a--lr0.02"}  # the two in flight checkpointed; the queued two never began

@@ -1,12 +1,13 @@
 #!/bin/bash
 # Paper-scale runs on the lent accelerator; see DEVELOPERS.md ("A lease on the accelerator").
 #   usage (there): bash tools/device_batch.sh [--tests] [--bench] [--profile] EXPERIMENT...
-# --tests runs the CUDA tests, --bench the engine benchmark (benchmarks/engine-cuda.json), --profile the
-# profiler's top operators; then `fedcore reproduce NAME --scale paper --device cuda` for each experiment in
-# order until the time budget is spent (SIGTERM then: the cells in flight checkpoint). results/*/paper and
-# benchmarks/ are packed into $OUT/results.tgz: the device tool brings back at most 8 files. The machine
-# has its own torch: no virtualenv, the checkout on PYTHONPATH.
-set -u
+# --tests runs the CUDA tests (nothing else runs if they fail), --bench the engine benchmark
+# (benchmarks/engine-cuda.json), --profile the profiler's top operators; then `fedcore reproduce NAME
+# --scale paper --device cuda` for each experiment in order until the time budget is spent (SIGTERM then:
+# the cells in flight checkpoint). results/*/paper and benchmarks/ are packed into $OUT/results.tgz: the
+# device tool brings back at most 8 files. The machine has its own torch: no virtualenv, the checkout on
+# PYTHONPATH.
+set -u -o pipefail
 : "${OUT:?OUT is unset: run this through the device tool}"
 budget=${BUDGET_S:-540}   # seconds of work; the rest of the 600 s call packs and returns
 jobs=${JOBS:-4}
@@ -26,7 +27,7 @@ left() { echo $((budget - (SECONDS - start))); }
 while [ $# -gt 0 ]; do
     case "$1" in
         --tests) timeout -k 10 "$(left)" $python -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
-                     2>&1 | tee -a "$log" ;;
+                     2>&1 | tee -a "$log" || { echo "CUDA tests failed: nothing is run" | tee -a "$log"; exit 1; } ;;
         --bench) timeout -k 10 "$(left)" $python -m fedcore bench --device "$device" \
                      --out benchmarks/engine-cuda.json 2>&1 | tee -a "$log" ;;
         --profile) timeout -k 10 "$(left)" $python -m fedcore bench --device "$device" --profile \
