@@ -174,10 +174,14 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
 def _train_chunk(model, start, start_buffers, client_indices, data, cfg, generators, anchor, shift, batching) -> dict:
     c = len(client_indices)
     device = data.train_x.device
-    n = torch.tensor([len(ix) for ix in client_indices], device=device)
-    blen = n if cfg.batch_size == 0 else torch.clamp(n, max=cfg.batch_size)
-    steps_per_epoch = (n + blen - 1) // blen
-    total_steps = cfg.epochs * steps_per_epoch
+    # The step schedule (who is active, with which batch length) is planned on the CPU: deciding it from
+    # GPU tensors would make the host wait for the GPU at every step, and the two would never overlap.
+    n_cpu = torch.tensor([len(ix) for ix in client_indices])
+    blen_cpu = n_cpu if cfg.batch_size == 0 else torch.clamp(n_cpu, max=cfg.batch_size)
+    steps_per_epoch_cpu = (n_cpu + blen_cpu - 1) // blen_cpu
+    total_steps = cfg.epochs * steps_per_epoch_cpu
+    n, blen, steps_per_epoch = (t.to(device) for t in (n_cpu, blen_cpu, steps_per_epoch_cpu))
+    offsets = torch.arange(int(blen_cpu.max()), device=device)
 
     orders = [epoch_orders(ix.to(device), cfg.epochs, g) for ix, g in zip(client_indices, generators)]
     order_mat = torch.nn.utils.rnn.pad_sequence(orders, batch_first=True)  # [c, E * max n_k]
@@ -192,16 +196,17 @@ def _train_chunk(model, start, start_buffers, client_indices, data, cfg, generat
     else:
         step_fn = vmap(grad(lambda pp, bb, x, y, a, s: _loss(model, pp, bb, x, y, a, s, cfg.prox_mu), has_aux=True),
                        in_dims=(0, 0, 0, 0, None if zero_anchor else 0, None if shift is None else 0))
-    everyone = torch.arange(c, device=device)
+    everyone = torch.arange(c)
     for s in range(int(total_steps.max())):
         active = s < total_steps
-        epoch, j = s // steps_per_epoch, s % steps_per_epoch
-        start_pos = epoch * n + j * blen
-        length = torch.minimum(blen, n - j * blen)
+        j_cpu = s % steps_per_epoch_cpu
+        length = torch.minimum(blen_cpu, n_cpu - j_cpu * blen_cpu)
+        start_pos = (s // steps_per_epoch) * n + (s % steps_per_epoch) * blen
         for L in torch.unique(length[active]).tolist():
-            members = everyone[active & (length == L)]
-            whole = len(members) == c
-            rows = order_mat[members[:, None], start_pos[members, None] + torch.arange(L, device=device)]
+            members_cpu = everyone[active & (length == L)]
+            whole = len(members_cpu) == c
+            members = members_cpu.to(device, non_blocking=True)  # from pageable memory: no wait for the GPU
+            rows = order_mat[members[:, None], start_pos[members, None] + offsets[:L]]
             x, y = data.normalize(data.train_x[rows]), data.train_y[rows]
             pg = p if whole else P.select(p, members)
             bg = b if whole else P.select(b, members)
@@ -220,7 +225,7 @@ def _train_chunk(model, start, start_buffers, client_indices, data, cfg, generat
                         mom[k][members] = mg[k]
                 for k in b:
                     b[k][members] = new_b[k]
-    return {"params": p, "buffers": b, "loss": (loss_sum / total_steps).float(), "steps": total_steps}
+    return {"params": p, "buffers": b, "loss": (loss_sum / total_steps.to(device)).float(), "steps": total_steps}
 
 
 def train_client_reference(model: nn.Module, start: P.Params, start_buffers: P.Params, indices: torch.Tensor,
