@@ -80,14 +80,16 @@ def _cohort(case: Case, device: torch.device):
     start, start_b = P.broadcast(P.trainable(model), clients), P.broadcast(P.buffers(model), clients)
     gens = lambda: [torch.Generator().manual_seed(i) for i in range(clients)]  # noqa: E731
 
-    def vectorized():
-        train_cohort(model, start, start_b, parts, data, cfg, gens())
+    auto = auto_batching(model, device)
+
+    def vectorized(batching: str = auto):
+        train_cohort(model, start, start_b, parts, data, cfg, gens(), batching=batching)
 
     def plain_loop():
         for i, (ix, g) in enumerate(zip(parts[:loop_clients], gens())):
             train_client_reference(model, P.row(start, i), P.row(start_b, i), ix, data, cfg, g)
 
-    return vectorized, plain_loop, clients, loop_clients, auto_batching(model, device)
+    return vectorized, plain_loop, clients, loop_clients, auto
 
 
 def run_case(case: Case, device: torch.device, repeats: int) -> dict:
@@ -96,10 +98,12 @@ def run_case(case: Case, device: torch.device, repeats: int) -> dict:
     t_vec, t_loop = _best_time(vectorized, repeats, device), _best_time(plain_loop, repeats, device)
     vec_rate, loop_rate = clients * per_client / t_vec, loop_clients * per_client / t_loop
     target = GPU_TARGET if device.type == "cuda" else case.cpu_target
-    return {"case": case.name, "clients": clients, "loop_clients": loop_clients, "batch_size": case.batch_size,
-            "batching": batching,
-            "vectorized_samples_per_s": vec_rate, "loop_samples_per_s": loop_rate,
-            "ratio": vec_rate / loop_rate, "target": target}
+    row = {"case": case.name, "clients": clients, "loop_clients": loop_clients, "batch_size": case.batch_size,
+           "batching": batching, "vectorized_samples_per_s": vec_rate, "loop_samples_per_s": loop_rate,
+           "ratio": vec_rate / loop_rate, "target": target}
+    if batching != "vmap":  # the evidence for the choice: the other batching on the same cohort
+        row["vmap_samples_per_s"] = clients * per_client / _best_time(lambda: vectorized("vmap"), repeats, device)
+    return row
 
 
 def _cases(device: torch.device, only: list[str] | None) -> list[Case]:
@@ -140,8 +144,8 @@ def main(device: str = "auto", repeats: int = 3, only: list[str] | None = None, 
         rows.append(r)
         ok = "ok" if r["ratio"] >= r["target"] else "BELOW"
         print(f"{r['case']:<22}{r['clients']:>8}{r['vectorized_samples_per_s']:>15,.0f}"
-              f"{r['loop_samples_per_s']:>12,.0f}{r['ratio']:>7.1f}x{r['target']:>7.0f}x {ok} ({r['batching']})",
-              flush=True)
+              f"{r['loop_samples_per_s']:>12,.0f}{r['ratio']:>7.1f}x{r['target']:>7.0f}x {ok} ({r['batching']}"
+              + (f"; vmap {r['vmap_samples_per_s']:,.0f}/s)" if "vmap_samples_per_s" in r else ")"), flush=True)
     if out:
         results.write_json_atomic(Path(out), {"env": env, "repeats": repeats, "cases": rows})
         print(f"written to {out}")
