@@ -80,12 +80,19 @@ def _loss(model: nn.Module, params, buffers, x, y, anchor, shift, prox_mu: float
     """Local objective for one client; returns (objective, (cross-entropy, updated buffers))."""
     new_buffers = {k: v.clone() for k, v in buffers.items()}  # BatchNorm updates these in place
     ce = F.cross_entropy(functional_call(model, {**params, **new_buffers}, (x,)), y)
-    objective = ce
-    if prox_mu:
-        objective = objective + prox_mu / 2 * sum(((params[k] - anchor[k]) ** 2).sum() for k in params)
-    if shift is not None:
-        objective = objective + sum((shift[k] * params[k]).sum() for k in params)
+    objective = ce + _extra_terms(params, anchor, shift, prox_mu, torch.sum)
     return objective, (ce.detach(), new_buffers)
+
+
+def _extra_terms(params, anchor, shift, prox_mu: float, total):
+    """prox_mu/2 ||w - anchor||^2 + <shift, w>, the terms an algorithm adds to the local loss; `total` sums
+    a tensor over one client (all of it under vmap, all but the client dimension when stacked)."""
+    extra = 0.0
+    if prox_mu:
+        extra = extra + prox_mu / 2 * sum(total((params[k] - anchor[k]) ** 2) for k in params)
+    if shift is not None:
+        extra = extra + sum(total(shift[k] * params[k]) for k in params)
+    return extra
 
 
 def _stacked_step(model: nn.Module, prox_mu: float, params, buffers, x, y, anchor, shift):
@@ -94,11 +101,7 @@ def _stacked_step(model: nn.Module, prox_mu: float, params, buffers, x, y, ancho
     logits, new_buffers = stacked.forward(model, p, buffers, x)
     c, L = y.shape
     ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(c, L).mean(1)
-    objective = ce
-    if prox_mu:
-        objective = objective + prox_mu / 2 * sum(((p[k] - anchor[k]) ** 2).flatten(1).sum(1) for k in p)
-    if shift is not None:
-        objective = objective + sum((shift[k] * p[k]).flatten(1).sum(1) for k in p)
+    objective = ce + _extra_terms(p, anchor, shift, prox_mu, lambda t: t.flatten(1).sum(1))
     grads = torch.autograd.grad(objective.sum(), list(p.values()))  # clients' gradients do not mix
     return dict(zip(p, grads)), (ce.detach(), new_buffers)
 

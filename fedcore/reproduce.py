@@ -185,12 +185,12 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
     for cell in exp.cells:
         statuses = inspect(exp, cell, results_dir)
         best = _best(exp, statuses)
+        done = sum(s.status == "done" for s in statuses)
         for key in exp.columns:
             paper = exp.published.get(cell.name, {}).get(key)
             ours = None if best is None else _cell_value(exp, best.doc, key)
             if key == "acc" and ours is not None:
                 ours = round(100 * ours, 2)  # the papers print accuracy in percent
-            done = sum(s.status == "done" for s in statuses)
             if best is None:
                 status = next((s.detail for s in statuses if s.status == "no-data"), "not run")
             else:

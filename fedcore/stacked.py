@@ -5,7 +5,7 @@ ReLU, max/average pooling, Flatten). Fully connected layers are one batched matm
 convolutions run in a "grouped" layout [B, clients*C, H, W] where one convolution with groups=clients
 applies every client's own filters, and BatchNorm over the folded channels is exactly per-client batch
 normalisation. The backward pass is plain autograd on the sum of the clients' losses, whose gradients
-do not mix. Measured on an H100 (tools/engine_probe.py, 100 clients, per step): 2.2x the speed of
+do not mix. Measured on an H100 (DEVELOPERS.md, "Engine speed"; 100 clients, per step): 2.2x the speed of
 vmap(grad) for the 2NN, 1.1-1.6x for the CNNs at B=10, about 1.07x at B=50. The gain is dispatch
 overhead, which also dominates when a few large clients train alone (power-law splits). Other models
 (ResNet-18) use torch.func.vmap instead.
