@@ -8,6 +8,7 @@ version; anything else (corrupt, foreign, stale) is reported and renamed aside, 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -117,6 +118,29 @@ def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: boo
     return path
 
 
+def _copy_identical_runs(todo: list[RunStatus], results_dir: Path, log) -> list[RunStatus]:
+    """Tables share cells (McMahan's Table 1 C = 0.1 cells are also cells of Tables 2 and 4): a run the store
+    already holds for another table, with exactly this config and fedcore version, is copied, naming its
+    source in `copied_from`, instead of being trained again. Returns the runs still to do."""
+    if not todo:
+        return todo
+    wanted = {json.dumps(st.config.to_dict(), sort_keys=True): st for st in todo}
+    copied = set()
+    for path in sorted(results_dir.glob("*/*/*.json")):
+        try:
+            doc = results.load(path)
+        except ConfigError:
+            continue
+        st = wanted.get(json.dumps(C.with_defaults(doc["config"]), sort_keys=True))
+        if st is None or st.run_id in copied or doc["env"].get("fedcore_version") != __version__:
+            continue
+        doc.setdefault("copied_from", path.relative_to(results_dir).as_posix())
+        results.write_json_atomic(st.path, doc)
+        copied.add(st.run_id)
+        log(f"{st.path}: the same run as {doc['copied_from']}, copied")
+    return [st for st in todo if st.run_id not in copied]
+
+
 def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | None = None, jobs: int = 1,
               lr_grid: tuple[float, ...] | None = None, results_dir: Path = RESULTS_DIR,
               experiments_dir: Path = experiments.EXPERIMENTS_DIR, log=print) -> experiments.Experiment:
@@ -134,6 +158,7 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
                 log(f"{exp.name}/{st.run_id}: {st.detail}")
             elif st.status != "done":
                 todo.append(st)
+    todo = _copy_identical_runs(todo, results_dir, log)
     log(f"{exp.name} [{scale}]: {len(todo)} run(s) to do" + (f" ({exp.scale_note})" if exp.scale_note else ""))
     if jobs <= 1:
         try:
@@ -320,4 +345,12 @@ def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"
     exp, runs = ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
     display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
     display(scoreboard_frame(exp))
+    if scale != "paper":
+        # paper-scale runs arrive a few cells at a time (accelerator leases): a page shows them as soon
+        # as any exist, beside its own scale, rather than only on the scoreboard
+        paper_exp, paper_runs = experiments.load(name, "paper"), load_runs(name, "paper")
+        if paper_runs:
+            display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
+                             f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
+            display(scoreboard_frame(paper_exp))
     return exp, runs

@@ -3,6 +3,9 @@
     {"schema": "fedcore.results/1", "config": {...}, "env": {...},
      "rounds": [{"round", "test_acc", "test_loss", "train_loss", "wall_s", ...algorithm metrics}],
      "summary": {"final_acc", "best_acc", "rounds_to_target", "total_wall_s", ...}}
+
+A run that two tables share is stored under each; the copy names its source in "copied_from"
+(`fedcore reproduce` makes it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Experiments as data, `fedcore reproduce` and the results store: every experiment's smoke scale runs,
 published values line up with cells, and the store survives kills, corruption and config changes."""
 
+import functools
 import json
 import os
 import signal
@@ -193,3 +194,31 @@ def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_pat
     assert "ReproduceInterrupted" in err
     started = {p.name.split(".json")[0] for p in folder.iterdir()}
     assert started == {"a--lr0.01", "a--lr0.02"}  # the two in flight checkpointed; the queued two never began
+
+
+def test_a_page_shows_committed_paper_scale_runs_beside_its_own_scale(monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setenv("FEDBOOK_RENDER_ONLY", "1")  # read the committed results, compute nothing
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    name = next(n for n in ALL if reproduce.load_runs(n, "paper"))
+    reproduce.show(name, "cpu")
+    captions = [obj.data for obj in shown if isinstance(obj, IPython.display.Markdown)]
+    assert len(captions) == 2 and "at paper scale" in captions[1] and "scale: paper" in captions[1]
+
+
+@needs_mnist
+def test_a_run_two_tables_share_is_copied_not_trained_again(tmp_path, monkeypatch):
+    exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
+    (exps / "twin.toml").write_text((exps / "tiny.toml").read_text())  # same cell, another table
+    (exps / "published.toml").write_text('[tiny.cells]\n"a" = { "0.8" = 12 }\n[twin.cells]\n"a" = { "0.8" = 12 }\n')
+    run = functools.partial(reproduce.reproduce, scale="smoke", device="cpu", results_dir=results_dir,
+                            experiments_dir=exps, log=lambda *a: None)
+    run("tiny")
+    monkeypatch.setattr(reproduce, "_run_one", lambda *a, **k: pytest.fail("trained a run the store already had"))
+    exp = run("twin")
+    original = json.loads((results_dir / "tiny" / "smoke" / "a.json").read_text())
+    copy = json.loads((results_dir / "twin" / "smoke" / "a.json").read_text())
+    assert copy.pop("copied_from") == "tiny/smoke/a.json" and copy == original
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
