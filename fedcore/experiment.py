@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 
@@ -77,9 +78,14 @@ def _all_targets_reached(cfg: RunConfig, history: list[dict]) -> bool:
     return best >= max(cfg.target_acc)
 
 
+def _diverged(record: dict) -> bool:
+    return not math.isfinite(record.get("server_step", 0.0))
+
+
 def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
     evaluated = [r for r in history if r["test_acc"] is not None]
     rounds, accs = [r["round"] for r in evaluated], [r["test_acc"] for r in evaluated]
+    diverged = _diverged(history[-1])
     return {
         "final_acc": accs[-1],
         "best_acc": max(accs),
@@ -88,7 +94,8 @@ def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
                        "first_round": metrics.first_round_at(rounds, accs, a)}
             for a in cfg.target_acc},
         "rounds_completed": history[-1]["round"],
-        "stopped_at_target": cfg.stop_at_target and history[-1]["round"] < cfg.rounds,
+        "stopped_at_target": cfg.stop_at_target and history[-1]["round"] < cfg.rounds and not diverged,
+        "diverged_at_round": history[-1]["round"] if diverged else None,
         "client_computations": sum(r.get("client_computations", 0) for r in history),
         "total_wall_s": round(wall_s, 3),
     }
@@ -165,13 +172,16 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
             integral += round_metrics["server_step"]
             round_metrics["server_step_integral"] = integral
             record = {"round": t, "test_acc": None, "test_loss": None, **round_metrics}
-            if t % cfg.eval_every == 0 or t == cfg.rounds:
+            # NaN or infinite weights never recover under SGD: the rest of the run would only repeat chance
+            # accuracy (an lr grid's too-large rates), so it ends here, evaluated, and says so
+            diverged = _diverged(record)
+            if t % cfg.eval_every == 0 or t == cfg.rounds or diverged:
                 evaluate_into(record, new_state)
                 bar.set_postfix(acc=f"{record['test_acc']:.4f}")
             record["wall_s"] = round(elapsed(), 3)
             history.append(record)
             state, committed_round = new_state, t
-            if cfg.stop_at_target and _all_targets_reached(cfg, history):
+            if diverged or (cfg.stop_at_target and _all_targets_reached(cfg, history)):
                 break
             if runtime.checkpoint_every and t % runtime.checkpoint_every == 0 and t < cfg.rounds:
                 checkpoint.save(ckpt_path, config=cfg.to_dict(), round=t, state=state, history=history,

@@ -222,7 +222,10 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
                 # a learning-rate grid not yet run to the end: our number is the best so far, and says so
                 status = "done" if done == len(statuses) else f"partial: {done} of {len(statuses)} learning rates"
                 if ours is None and key != "acc":
-                    status += f": not reached in {best.doc['summary']['rounds_completed']} rounds"
+                    summary = best.doc["summary"]
+                    status += (f": not reached, diverged (NaN weights) in round {summary['diverged_at_round']}"
+                               if summary.get("diverged_at_round") else
+                               f": not reached in {summary['rounds_completed']} rounds")
             rows.append({
                 "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
                 "ours": None if ours is None else round(ours, 2),

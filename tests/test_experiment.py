@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -60,6 +61,15 @@ def test_stop_at_target_ends_at_the_first_evaluation_past_every_target(tmp_path)
     assert stopped["summary"]["rounds_to_target"] == full["summary"]["rounds_to_target"]
     with pytest.raises(ConfigError, match="--stop-at-target"):
         RunConfig(stop_at_target=True)
+
+
+def test_a_diverged_run_ends_in_the_round_its_weights_turn_nan(tmp_path):
+    doc = _run(tmp_path, lr=2.0, rounds=50, eval_every=10)  # finite after round 1, NaN in round 2
+    last = doc["rounds"][-1]
+    assert last["round"] == doc["summary"]["diverged_at_round"] == 2 and not doc["summary"]["stopped_at_target"]
+    assert last["test_acc"] is not None  # evaluated although round 2 is not an evaluation round
+    assert math.isfinite(doc["rounds"][1]["server_step"]) and not math.isfinite(last["server_step"])
+    assert _run(tmp_path, "fine.json")["summary"]["diverged_at_round"] is None
 
 
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):

@@ -222,3 +222,11 @@ def test_a_run_two_tables_share_is_copied_not_trained_again(tmp_path, monkeypatc
     copy = json.loads((results_dir / "twin" / "smoke" / "a.json").read_text())
     assert copy.pop("copied_from") == "tiny/smoke/a.json" and copy == original
     assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+
+
+@needs_mnist
+def test_a_diverged_best_run_says_so_on_the_scoreboard(tmp_path):
+    exps, results_dir = _tiny(tmp_path, rounds=20), tmp_path / "results"
+    exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                              lr_grid=(3.0,), log=lambda *a: None)
+    assert "diverged (NaN weights) in round" in reproduce.scoreboard(exp, results_dir)[0]["status"]
