@@ -208,6 +208,50 @@ def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True,
     _legend_or_empty(ax, runs, fontsize=7, ncol=2)
 
 
+def plot_ours_vs_paper(ax, boards: dict, *, what: str = "rounds to target") -> None:
+    """One point per table cell: the paper's number (x) against ours (y), log axes, for scoreboard frames
+    keyed by scale (marker: scale; colour: the cell name's first part, the data split). On the diagonal we
+    match the paper, below it we need fewer rounds. A cell only one side reached sits on that axis's far
+    edge as an open marker; cells not run are left out."""
+    import math
+
+    from matplotlib import ticker
+
+    def number(v):
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    points = []  # (scale, split, paper, ours, status)
+    for scale, board in boards.items():
+        for r in board.itertuples():
+            paper, ours = number(r.paper), number(r.ours)
+            if r.status.startswith(("done", "partial")) and (paper is not None or ours is not None):
+                points.append((scale, r.cell.split("-")[0], paper, ours, r.status))
+    values = [v for p in points for v in p[2:4] if v is not None]
+    if not values:
+        ax.text(0.5, 0.5, "no results yet", ha="center", va="center", transform=ax.transAxes)
+        return
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    splits = sorted({p[1] for p in points})
+    markers = dict(zip(boards, "osD^"))
+    for scale, split, paper, ours, _ in points:
+        color = f"C{splits.index(split)}"
+        x, y = (paper if paper is not None else hi), (ours if ours is not None else hi)
+        filled = paper is not None and ours is not None
+        ax.plot(x, y, markers[scale], ms=7, color=color, mfc=color if filled else "none", ls="none")
+    for i, split in enumerate(splits):
+        ax.plot([], [], "-", lw=5, color=f"C{i}", label=split)
+    for scale in dict.fromkeys(p[0] for p in points):
+        ax.plot([], [], markers[scale], color="0.3", mfc="none", label=f"{scale} scale")
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi * 1.1), ylim=(lo, hi * 1.1),
+           xlabel=f"paper: {what} (right edge: not reached)", ylabel=f"ours: {what} (top edge: not reached)")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers (20, 300), also where less than a decade is shown
+        axis.set_major_formatter(ticker.LogFormatter())
+        axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+
+
 def plot_class_counts(ax, counts, title: str) -> None:
     """Examples per (client, class) as an image: McMahan's IID vs pathological non-IID split at a glance."""
     im = ax.imshow(counts.T.numpy(), aspect="auto", cmap="viridis", interpolation="nearest")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fedcore import experiments, reproduce
+from fedcore import experiments, reproduce, results
 from tests.helpers import needs_mnist
 
 ALL = experiments.names()
@@ -230,3 +230,22 @@ def test_a_diverged_best_run_says_so_on_the_scoreboard(tmp_path):
     exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
                               lr_grid=(3.0,), log=lambda *a: None)
     assert "diverged (NaN weights) in round" in reproduce.scoreboard(exp, results_dir)[0]["status"]
+
+
+def test_ours_vs_paper_plot_puts_one_sided_cells_on_the_edge_and_leaves_out_cells_not_run():
+    import matplotlib
+    import pandas as pd
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    board = pd.DataFrame({"cell": ["iid-a", "iid-b", "shards-c", "shards-d"], "column": "0.97",
+                          "paper": [100, 300, "—", 50], "ours": [40, None, 200, None],
+                          "status": ["done", "done: not reached in 2000 rounds", "done", "not run"]})
+    fig, ax = plt.subplots()
+    results.plot_ours_vs_paper(ax, {"paper": board})
+    points = {(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in ax.lines
+              if len(line.get_xdata()) == 1}
+    hi = 300 * 1.5
+    assert points == {(100.0, 40.0), (300.0, hi), (hi, 200.0)}
+    plt.close(fig)
