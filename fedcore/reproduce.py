@@ -340,20 +340,24 @@ def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
             + (f"run on {'; '.join(produced)}, commit {', '.join(commits)}" if runs else "no results yet"))
 
 
+def scales_to_show(names, scale: str) -> list[str]:
+    """A page's own scale, then `paper` once any of the experiments `names` has paper-scale runs committed:
+    those arrive a few cells at a time (accelerator leases), and a page shows them as soon as they exist."""
+    return [scale] + (["paper"] if scale != "paper" and any(load_runs(n, "paper") for n in names) else [])
+
+
 def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):
     """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and the
-    paper-vs-ours table (with the paper's cells this scale leaves out). Returns (experiment, {cell: results doc})."""
+    paper-vs-ours table (with the paper's cells this scale leaves out), then the same table at paper scale once
+    any of its paper-scale runs are committed. Returns (experiment, {cell: results doc}) at `scale`."""
     from IPython.display import Markdown, display
 
     exp, runs = ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
     display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
     display(scoreboard_frame(exp))
-    if scale != "paper":
-        # paper-scale runs arrive a few cells at a time (accelerator leases): a page shows them as soon
-        # as any exist, beside its own scale, rather than only on the scoreboard
+    if scales_to_show([name], scale)[1:]:
         paper_exp, paper_runs = experiments.load(name, "paper"), load_runs(name, "paper")
-        if paper_runs:
-            display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
-                             f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
-            display(scoreboard_frame(paper_exp))
+        display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
+                         f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
+        display(scoreboard_frame(paper_exp))
     return exp, runs
