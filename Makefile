@@ -41,8 +41,15 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $@
 
 # Pages render from the committed results/ only (FEDBOOK_RENDER_ONLY): a build never trains.
+# Sphinx re-reads a page, and jupyter-cache re-executes it, only when the page itself changed; but pages
+# also read results/, experiments/ and fedcore/. When any of those changed since the last good build,
+# every page is executed and rendered again (about a minute).
+BOOK_INPUTS := find results experiments fedcore -type f \( -name '*.json' -o -name '*.toml' -o -name '*.py' \) \
+               -print0 | sort -z | xargs -0 sha1sum | sha1sum
 book: $(STAMP)
-	FEDBOOK_RENDER_ONLY=1 $(VENV)/bin/jupyter-book build . -W -n --keep-going
+	@mkdir -p _build; inputs=$$($(BOOK_INPUTS)); all=; \
+	if [ "$$inputs" != "$$(cat _build/.book-inputs 2>/dev/null)" ]; then rm -rf _build/.jupyter_cache; all=--all; fi; \
+	FEDBOOK_RENDER_ONLY=1 $(VENV)/bin/jupyter-book build . -W -n --keep-going $$all && echo "$$inputs" > _build/.book-inputs
 
 test: $(STAMP) browser-deps
 	$(PY) -m pytest tests $(PYTEST_ARGS)
