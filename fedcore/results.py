@@ -220,12 +220,13 @@ def plot_ours_vs_paper(ax, boards: dict, *, what: str = "rounds to target") -> N
     def number(v):
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
-    points = []  # (scale, split, paper, ours, status)
+    points = []  # (scale, split, paper, ours); None: not reached
     for scale, board in boards.items():
         for r in board.itertuples():
             paper, ours = number(r.paper), number(r.ours)
-            if r.status.startswith(("done", "partial")) and (paper is not None or ours is not None):
-                points.append((scale, r.cell.split("-")[0], paper, ours, r.status))
+            paper_known = paper is not None or isinstance(r.paper, str)  # a string is the paper's "—"
+            if r.status.startswith(("done", "partial")) and paper_known and (paper is not None or ours is not None):
+                points.append((scale, r.cell.split("-")[0], paper, ours))
     values = [v for p in points for v in p[2:4] if v is not None]
     if not values:
         ax.text(0.5, 0.5, "no results yet", ha="center", va="center", transform=ax.transAxes)
@@ -233,7 +234,7 @@ def plot_ours_vs_paper(ax, boards: dict, *, what: str = "rounds to target") -> N
     lo, hi = min(values) / 1.5, max(values) * 1.5
     splits = sorted({p[1] for p in points})
     markers = dict(zip(boards, "osD^"))
-    for scale, split, paper, ours, _ in points:
+    for scale, split, paper, ours in points:
         color = f"C{splits.index(split)}"
         x, y = (paper if paper is not None else hi), (ours if ours is not None else hi)
         filled = paper is not None and ours is not None

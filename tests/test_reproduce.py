@@ -232,16 +232,16 @@ def test_a_diverged_best_run_says_so_on_the_scoreboard(tmp_path):
     assert "diverged (NaN weights) in round" in reproduce.scoreboard(exp, results_dir)[0]["status"]
 
 
-def test_ours_vs_paper_plot_puts_one_sided_cells_on_the_edge_and_leaves_out_cells_not_run():
+def test_ours_vs_paper_plot_puts_one_sided_cells_on_the_edge_and_leaves_out_cells_not_run_or_unpublished():
     import matplotlib
     import pandas as pd
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    board = pd.DataFrame({"cell": ["iid-a", "iid-b", "shards-c", "shards-d"], "column": "0.97",
-                          "paper": [100, 300, "—", 50], "ours": [40, None, 200, None],
-                          "status": ["done", "done: not reached in 2000 rounds", "done", "not run"]})
+    board = pd.DataFrame({"cell": ["iid-a", "iid-b", "shards-c", "shards-d", "shards-e"], "column": "0.97",
+                          "paper": [100, 300, "—", 50, None], "ours": [40, None, 200, None, 30],
+                          "status": ["done", "done: not reached in 2000 rounds", "done", "not run", "done"]})
     fig, ax = plt.subplots()
     results.plot_ours_vs_paper(ax, {"paper": board})
     points = {(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in ax.lines
