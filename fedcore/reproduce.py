@@ -226,6 +226,10 @@ def scoreboard(exp: experiments.Experiment, results_dir: Path = RESULTS_DIR) -> 
                     status += (f": not reached, diverged (NaN weights) in round {summary['diverged_at_round']}"
                                if summary.get("diverged_at_round") else
                                f": not reached in {summary['rounds_completed']} rounds")
+                grid = sorted(st.config.lr for st in statuses)
+                if done == len(grid) > 2 and best.config.lr in (grid[0], grid[-1]):
+                    # McMahan et al. checked that each best rate lay inside its grid; a cell that fails it says so
+                    status += f"; best lr {best.config.lr:g} at the grid's edge"
             rows.append({
                 "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
                 "ours": None if ours is None else round(ours, 2),

@@ -249,3 +249,14 @@ def test_ours_vs_paper_plot_puts_one_sided_cells_on_the_edge_and_leaves_out_cell
     hi = 300 * 1.5
     assert points == {(100.0, 40.0), (300.0, hi), (hi, 200.0)}
     plt.close(fig)
+
+
+@needs_mnist
+def test_a_best_learning_rate_at_the_edge_of_its_grid_is_flagged(tmp_path):
+    exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
+    run = functools.partial(reproduce.reproduce, "tiny", "smoke", device="cpu", results_dir=results_dir,
+                            experiments_dir=exps, log=lambda *a: None)
+    exp = run(lr_grid=(0.003, 0.01, 0.1))  # in 2 rounds the largest rate learns most
+    assert reproduce.scoreboard(exp, results_dir)[0]["status"].endswith("best lr 0.1 at the grid's edge")
+    exp = run(lr_grid=(0.003, 0.1, 3.0))  # 3.0 is far too large: the best, 0.1, is inside the grid
+    assert "edge" not in reproduce.scoreboard(exp, results_dir)[0]["status"]
