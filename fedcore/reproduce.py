@@ -136,6 +136,7 @@ def _copy_identical_runs(todo: list[RunStatus], results_dir: Path, log) -> list[
             continue
         doc.setdefault("copied_from", path.relative_to(results_dir).as_posix())
         results.write_json_atomic(st.path, doc)
+        st.path.with_name(st.path.name + ".ckpt").unlink(missing_ok=True)  # a cut-off run of it is superseded
         copied.add(st.run_id)
         log(f"{st.path}: the same run as {doc['copied_from']}, copied")
     return [st for st in todo if st.run_id not in copied]
@@ -336,6 +337,32 @@ def scoreboard_frame(exp: experiments.Experiment, rows: list[dict] | None = None
     return pd.DataFrame(rows, columns=["cell", "column", "paper", "ours", "diff", "status"])
 
 
+def method_table(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """The scoreboard of a table whose cells are named "<setting>-<method>" (FedNNNN Table 2, the FedUmf
+    tables) with a column per method: rows (setting, paper column), columns (paper | ours, method), both in
+    the experiment's order; NaN where the paper printed no number or we have none (not run, or not reached)."""
+    import pandas as pd
+
+    board = scoreboard_frame(exp, rows)
+    board[["setting", "method"]] = board["cell"].str.rsplit("-", n=1, expand=True)
+    wide = board.pivot(index=["setting", "column"], columns="method", values=["paper", "ours"])
+    wide = wide.apply(pd.to_numeric, errors="coerce")
+    order = pd.MultiIndex.from_frame(board[["setting", "column"]].drop_duplicates())
+    methods = list(dict.fromkeys(board["method"]))
+    return wide.reindex(index=order, columns=pd.MultiIndex.from_product([["paper", "ours"], methods]))
+
+
+def differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: list[dict] | None = None):
+    """Each method of method_table(exp) minus `baseline`, paper and ours side by side: the papers' claims are
+    such differences (accuracy points gained over FedAvg, rounds saved against it) more than the numbers."""
+    import pandas as pd
+
+    table = method_table(exp, rows)
+    methods = [m for m in table["ours"].columns if m != baseline]
+    return pd.concat({m: table.xs(m, axis=1, level=1) - table.xs(baseline, axis=1, level=1) for m in methods},
+                     axis=1)
+
+
 def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
     """What produced a table or figure: scale, what the scale reduced, hardware and commit."""
     produced = sorted({results.provenance(d).split(", torch")[0] for d in runs.values()})
@@ -347,7 +374,8 @@ def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
 def scales_to_show(names, scale: str) -> list[str]:
     """A page's own scale, then `paper` once any of the experiments `names` has paper-scale runs committed:
     those arrive a few cells at a time (accelerator leases), and a page shows them as soon as they exist."""
-    return [scale] + (["paper"] if scale != "paper" and any(load_runs(n, "paper") for n in names) else [])
+    committed = any(any((RESULTS_DIR / n / "paper").glob("*.json")) for n in names)  # no need to read them
+    return [scale] + (["paper"] if scale != "paper" and committed else [])
 
 
 def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):

@@ -217,7 +217,11 @@ def test_a_run_two_tables_share_is_copied_not_trained_again(tmp_path, monkeypatc
                             experiments_dir=exps, log=lambda *a: None)
     run("tiny")
     monkeypatch.setattr(reproduce, "_run_one", lambda *a, **k: pytest.fail("trained a run the store already had"))
+    cut_off = results_dir / "twin" / "smoke" / "a.json.ckpt"  # an earlier, interrupted attempt at the twin
+    cut_off.parent.mkdir(parents=True)
+    cut_off.write_bytes(b"")
     exp = run("twin")
+    assert not cut_off.exists()
     original = json.loads((results_dir / "tiny" / "smoke" / "a.json").read_text())
     copy = json.loads((results_dir / "twin" / "smoke" / "a.json").read_text())
     assert copy.pop("copied_from") == "tiny/smoke/a.json" and copy == original
@@ -260,3 +264,18 @@ def test_a_best_learning_rate_at_the_edge_of_its_grid_is_flagged(tmp_path):
     assert reproduce.scoreboard(exp, results_dir)[0]["status"].endswith("best lr 0.1 at the grid's edge")
     exp = run(lr_grid=(0.003, 0.1, 3.0))  # 3.0 is far too large: the best, 0.1, is inside the grid
     assert "edge" not in reproduce.scoreboard(exp, results_dir)[0]["status"]
+
+
+def test_method_tables_line_methods_up_per_setting_and_subtract_the_baseline():
+    exp = experiments.load("fedumf_table1", "smoke")
+    row = lambda cell, column, paper, ours: {"cell": cell, "column": column, "paper": paper, "ours": ours,  # noqa: E731
+                                             "diff": None, "status": "done"}
+    rows = [row("noniid-fedavg", "0.9", 40, 55), row("noniid-fedumf", "0.9", 30, None),
+            row("iid-fedavg", "0.9", "—", 20), row("iid-fedumf", "0.9", 10, 12)]
+    table = reproduce.method_table(exp, rows)
+    assert list(table.index) == [("noniid", "0.9"), ("iid", "0.9")]  # the experiment's order, not sorted
+    assert list(table.columns) == [(w, m) for w in ("paper", "ours") for m in ("fedavg", "fedumf")]
+    assert table.loc[("iid", "0.9"), ("ours", "fedumf")] == 12
+    saved = reproduce.differences(exp, baseline="fedumf", rows=rows)["fedavg"]  # rounds saved by FedUmf
+    assert saved.loc[("noniid", "0.9"), "paper"] == 10 and saved.loc[("iid", "0.9"), "ours"] == 8
+    assert saved[["paper", "ours"]].isna().to_numpy().tolist() == [[False, True], [True, False]]  # "—", not reached
