@@ -55,6 +55,7 @@ class Experiment:
     published: dict = field(default_factory=dict)  # cell name -> {target or "acc": value or None}
     final_acc_column: bool = False
     omitted: tuple[str, ...] = ()  # the paper's cells this scale does not run (its note says why)
+    published_wall_time: str = ""  # the paper's own compute time for a run, where it reports one
 
     @property
     def columns(self) -> list[str]:
@@ -114,4 +115,5 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     table = published(directory).get(doc.get("published", name), {})
     return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
-                      table.get("cells", {}), bool(doc.get("final_acc_column", False)), tuple(omitted))
+                      table.get("cells", {}), bool(doc.get("final_acc_column", False)), tuple(omitted),
+                      table.get("wall_time", ""))

@@ -274,6 +274,34 @@ def listing(results_dir: Path = RESULTS_DIR) -> str:
 
 
 
+def wall_times(names, scale: str = "paper", results_dir: Path = RESULTS_DIR,
+               experiments_dir: Path = experiments.EXPERIMENTS_DIR):
+    """What the committed runs at `scale` cost, per experiment and machine, from their results files: every
+    run counts (each learning rate of a grid, the cells it did not pick too), a copy of another table's run
+    does not. `parallel` is how many runs shared the machine (recorded since commit 6772967), which stretches
+    each one's wall time; `paper` is the paper's own time, where it gives one."""
+    import pandas as pd
+
+    rows, paper = [], {}
+    for name in names:
+        exp = experiments.load(name, scale, experiments_dir)
+        paper[name] = exp.published_wall_time
+        for cell in exp.cells:
+            for st in inspect(exp, cell, results_dir):
+                if st.status == "done" and "copied_from" not in st.doc:
+                    rows.append({"experiment": name, "device": st.doc["env"]["device_name"],
+                                 "parallel": st.doc["env"].get("parallel_runs", "not recorded"),
+                                 "wall_s": st.doc["summary"]["total_wall_s"],
+                                 "rounds": st.doc["summary"]["rounds_completed"]})
+    frame = pd.DataFrame(rows, columns=["experiment", "device", "parallel", "wall_s", "rounds"])
+    table = frame.groupby(["experiment", "device", "parallel"]).agg(
+        runs=("wall_s", "size"), median_s=("wall_s", "median"), max_s=("wall_s", "max"),
+        total_h=("wall_s", lambda s: s.sum() / 3600), s_per_round=("rounds", "sum"))
+    table["s_per_round"] = table["total_h"] * 3600 / table["s_per_round"]
+    table["paper"] = [paper[name] for name in table.index.get_level_values("experiment")]
+    return table.round({"median_s": 1, "max_s": 1, "total_h": 2, "s_per_round": 3})
+
+
 def load_runs(name: str, scale: str, results_dir: Path = RESULTS_DIR) -> dict[str, dict]:
     """{cell name: results doc} for the cells that are done (the best learning rate where a grid ran)."""
     exp = experiments.load(name, scale)

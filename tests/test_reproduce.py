@@ -222,6 +222,9 @@ def test_a_run_two_tables_share_is_copied_not_trained_again(tmp_path, monkeypatc
     cut_off.write_bytes(b"")
     exp = run("twin")
     assert not cut_off.exists()
+    cost = reproduce.wall_times(["tiny", "twin"], "smoke", results_dir, exps)
+    assert cost.index.get_level_values("experiment").tolist() == ["tiny"]  # the copy cost nothing
+    assert cost["runs"].tolist() == [1]
     original = json.loads((results_dir / "tiny" / "smoke" / "a.json").read_text())
     copy = json.loads((results_dir / "twin" / "smoke" / "a.json").read_text())
     assert copy.pop("copied_from") == "tiny/smoke/a.json" and copy == original
