@@ -136,7 +136,7 @@ def _main(args: argparse.Namespace) -> int:
             else:
                 _print_summary(experiment.run(cfg, runtime))
         elif args.command == "reproduce":
-            from fedcore import experiments, reproduce
+            from fedcore import experiments, reproduce, scoreboard
 
             if args.list:
                 print(reproduce.listing())
@@ -151,7 +151,7 @@ def _main(args: argparse.Namespace) -> int:
             else:
                 exp = reproduce.reproduce(args.name, args.scale, device=args.device, only=args.only,
                                           jobs=args.jobs, lr_grid=_check_lr_grid(args.lr_grid))
-            print(reproduce.format_scoreboard(exp, reproduce.scoreboard(exp)))
+            print(scoreboard.format_text(exp, scoreboard.compare(exp)))
         elif args.command == "bench":
             from fedcore import bench
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedcore import config as C
-from fedcore import experiments, reproduce, results
+from fedcore import experiments, reproduce, results, scoreboard
 
 EXPERIMENT = "explorer_grid"
 # Runs made on the page (the notebook's parameters, the live controls) go to the repository's runs/, which
@@ -106,7 +106,7 @@ class Grid:
         return min(same_split, key=lambda n: sum(abs(self.runs[n]["config"][k] - want[k]) for k in panel.knobs))
 
     def caption(self) -> str:
-        return reproduce.caption(self.experiment, self.runs)
+        return scoreboard.caption(self.experiment, self.runs)
 
 
 def load_grid(scale: str, *, recompute: bool = False, device: str = "auto",

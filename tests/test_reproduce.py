@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fedcore import experiments, reproduce, results
+from fedcore import experiments, reproduce, results, scoreboard
 from tests.helpers import needs_mnist
 
 ALL = experiments.names()
@@ -41,7 +41,7 @@ def test_lr_grid_flag_replaces_every_cells_grid():
 @pytest.mark.parametrize("name", ALL)
 def test_smoke_scale_runs_and_scores(name, tmp_path):
     exp = reproduce.reproduce(name, "smoke", device="cpu", results_dir=tmp_path, log=lambda *a: None)
-    rows = reproduce.scoreboard(exp, tmp_path)
+    rows = scoreboard.compare(exp, tmp_path)
     assert rows and all(r["scale"] == "smoke" for r in rows)
     assert {r["cell"] for r in rows} == {c.name for c in exp.cells} | set(exp.omitted)  # the whole table
     for r in rows:
@@ -127,11 +127,11 @@ def test_corrupt_and_stale_results_are_set_aside_and_rerun(tmp_path):
     reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps, log=logs.append)
     assert any("moved aside" in line and "corrupt" in line for line in logs)
     assert len(list(path.parent.glob("a.json.corrupt-*"))) == 1
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+    assert scoreboard.compare(exp, results_dir)[0]["status"].startswith("done")
 
     exps = _tiny(tmp_path, rounds=4)  # the cell's config changed: the old result must not be used
     exp = experiments.load("tiny", "smoke", exps)
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"] == "not run"
+    assert scoreboard.compare(exp, results_dir)[0]["status"] == "not run"
     reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps, log=logs.append)
     assert len(list(path.parent.glob("a.json.stale-*"))) == 1
     assert json.loads(path.read_text())["config"]["rounds"] == 4
@@ -146,7 +146,7 @@ def test_results_written_before_a_setting_existed_still_count_as_done(tmp_path):
     doc = json.loads(path.read_text())
     del doc["config"]["stop_at_target"]
     path.write_text(json.dumps(doc))
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+    assert scoreboard.compare(exp, results_dir)[0]["status"].startswith("done")
 
 
 def test_unknown_experiment_and_scale_are_clear_errors():
@@ -162,7 +162,7 @@ def test_committed_results_show_without_the_dataset(tmp_path, monkeypatch):
     exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
                               log=lambda *a: None)
     monkeypatch.setattr(reproduce.data, "available", lambda name, root=None: False)
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+    assert scoreboard.compare(exp, results_dir)[0]["status"].startswith("done")
 
 
 @needs_mnist
@@ -170,9 +170,9 @@ def test_a_learning_rate_grid_run_in_part_says_so(tmp_path):
     exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
     exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
                               lr_grid=(0.05, 0.1), log=lambda *a: None)
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+    assert scoreboard.compare(exp, results_dir)[0]["status"].startswith("done")
     (results_dir / "tiny" / "smoke" / "a--lr0.1.json").unlink()
-    row = reproduce.scoreboard(exp, results_dir)[0]
+    row = scoreboard.compare(exp, results_dir)[0]
     assert row["status"].startswith("partial: 1 of 2 learning rates") and row["run"] == "a--lr0.05"
 
 
@@ -196,18 +196,6 @@ def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_pat
     assert started == {"a--lr0.01", "a--lr0.02"}  # the two in flight checkpointed; the queued two never began
 
 
-def test_a_page_shows_committed_paper_scale_runs_beside_its_own_scale(monkeypatch):
-    import IPython.display
-
-    shown = []
-    monkeypatch.setenv("FEDBOOK_RENDER_ONLY", "1")  # read the committed results, compute nothing
-    monkeypatch.setattr(IPython.display, "display", shown.append)
-    name = next(n for n in ALL if reproduce.load_runs(n, "paper"))
-    reproduce.show(name, "cpu")
-    captions = [obj.data for obj in shown if isinstance(obj, IPython.display.Markdown)]
-    assert len(captions) == 2 and "at paper scale" in captions[1] and "scale: paper" in captions[1]
-
-
 @needs_mnist
 def test_a_run_two_tables_share_is_copied_not_trained_again(tmp_path, monkeypatch):
     exps, results_dir = _tiny(tmp_path, rounds=2), tmp_path / "results"
@@ -222,13 +210,13 @@ def test_a_run_two_tables_share_is_copied_not_trained_again(tmp_path, monkeypatc
     cut_off.write_bytes(b"")
     exp = run("twin")
     assert not cut_off.exists()
-    cost = reproduce.wall_times(["tiny", "twin"], "smoke", results_dir, exps)
+    cost = scoreboard.wall_times(["tiny", "twin"], "smoke", results_dir, exps)
     assert cost.index.get_level_values("experiment").tolist() == ["tiny"]  # the copy cost nothing
     assert cost["runs"].tolist() == [1]
     original = json.loads((results_dir / "tiny" / "smoke" / "a.json").read_text())
     copy = json.loads((results_dir / "twin" / "smoke" / "a.json").read_text())
     assert copy.pop("copied_from") == "tiny/smoke/a.json" and copy == original
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"].startswith("done")
+    assert scoreboard.compare(exp, results_dir)[0]["status"].startswith("done")
 
 
 @needs_mnist
@@ -236,26 +224,7 @@ def test_a_diverged_best_run_says_so_on_the_scoreboard(tmp_path):
     exps, results_dir = _tiny(tmp_path, rounds=20), tmp_path / "results"
     exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
                               lr_grid=(3.0,), log=lambda *a: None)
-    assert "diverged (NaN weights) in round" in reproduce.scoreboard(exp, results_dir)[0]["status"]
-
-
-def test_ours_vs_paper_plot_puts_one_sided_cells_on_the_edge_and_leaves_out_cells_not_run_or_unpublished():
-    import matplotlib
-    import pandas as pd
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    board = pd.DataFrame({"cell": ["iid-a", "iid-b", "shards-c", "shards-d", "shards-e"], "column": "0.97",
-                          "paper": [100, 300, "—", 50, None], "ours": [40, None, 200, None, 30],
-                          "status": ["done", "done: not reached in 2000 rounds", "done", "not run", "done"]})
-    fig, ax = plt.subplots()
-    results.plot_ours_vs_paper(ax, {"paper": board})
-    points = {(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in ax.lines
-              if len(line.get_xdata()) == 1}
-    hi = 300 * 1.5
-    assert points == {(100.0, 40.0), (300.0, hi), (hi, 200.0)}
-    plt.close(fig)
+    assert "diverged (NaN weights) in round" in scoreboard.compare(exp, results_dir)[0]["status"]
 
 
 @needs_mnist
@@ -264,21 +233,6 @@ def test_a_best_learning_rate_at_the_edge_of_its_grid_is_flagged(tmp_path):
     run = functools.partial(reproduce.reproduce, "tiny", "smoke", device="cpu", results_dir=results_dir,
                             experiments_dir=exps, log=lambda *a: None)
     exp = run(lr_grid=(0.003, 0.01, 0.1))  # in 2 rounds the largest rate learns most
-    assert reproduce.scoreboard(exp, results_dir)[0]["status"].endswith("best lr 0.1 at the grid's edge")
+    assert scoreboard.compare(exp, results_dir)[0]["status"].endswith("best lr 0.1 at the grid's edge")
     exp = run(lr_grid=(0.003, 0.1, 3.0))  # 3.0 is far too large: the best, 0.1, is inside the grid
-    assert "edge" not in reproduce.scoreboard(exp, results_dir)[0]["status"]
-
-
-def test_method_tables_line_methods_up_per_setting_and_subtract_the_baseline():
-    exp = experiments.load("fedumf_table1", "smoke")
-    row = lambda cell, column, paper, ours: {"cell": cell, "column": column, "paper": paper, "ours": ours,  # noqa: E731
-                                             "diff": None, "status": "done"}
-    rows = [row("noniid-fedavg", "0.9", 40, 55), row("noniid-fedumf", "0.9", 30, None),
-            row("iid-fedavg", "0.9", "—", 20), row("iid-fedumf", "0.9", 10, 12)]
-    table = reproduce.method_table(exp, rows)
-    assert list(table.index) == [("noniid", "0.9"), ("iid", "0.9")]  # the experiment's order, not sorted
-    assert list(table.columns) == [(w, m) for w in ("paper", "ours") for m in ("fedavg", "fedumf")]
-    assert table.loc[("iid", "0.9"), ("ours", "fedumf")] == 12
-    saved = reproduce.differences(exp, baseline="fedumf", rows=rows)["fedavg"]  # rounds saved by FedUmf
-    assert saved.loc[("noniid", "0.9"), "paper"] == 10 and saved.loc[("iid", "0.9"), "ours"] == 8
-    assert saved[["paper", "ours"]].isna().to_numpy().tolist() == [[False, True], [True, False]]  # "—", not reached
+    assert "edge" not in scoreboard.compare(exp, results_dir)[0]["status"]

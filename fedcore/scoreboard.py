@@ -1,0 +1,166 @@
+"""Paper vs ours: a paper table's scoreboard from the results store (paper value, ours, difference, scale,
+status, and the run behind our number), the tables and cost summaries built on it, and `show`, what the
+book's pages call to fetch an experiment and display its scoreboard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedcore import experiments, reproduce, results
+
+
+def _cell_value(exp: experiments.Experiment, doc: dict, key: str):
+    """Our number for one paper column: rounds to `key` (a target) under the paper's rule, or accuracy."""
+    if key == "acc":
+        return doc["summary"]["final_acc"]
+    return doc["summary"]["rounds_to_target"].get(key, {}).get(exp.rule)
+
+
+def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_DIR) -> list[dict]:
+    """One row per (cell, paper column): paper value, ours, difference, scale, status, chosen run."""
+    rows = []
+    for cell in exp.cells:
+        statuses = reproduce.inspect(exp, cell, results_dir)
+        best = reproduce.best_run(exp, statuses)
+        done = sum(s.status == "done" for s in statuses)
+        for key in exp.columns:
+            paper = exp.published.get(cell.name, {}).get(key)
+            ours = None if best is None else _cell_value(exp, best.doc, key)
+            if key == "acc" and ours is not None:
+                ours = round(100 * ours, 2)  # the papers print accuracy in percent
+            if best is None:
+                status = next((s.detail for s in statuses if s.status == "no-data"), "not run")
+            else:
+                # a learning-rate grid not yet run to the end: our number is the best so far, and says so
+                status = "done" if done == len(statuses) else f"partial: {done} of {len(statuses)} learning rates"
+                if ours is None and key != "acc":
+                    summary = best.doc["summary"]
+                    status += (f": not reached, diverged (NaN weights) in round {summary['diverged_at_round']}"
+                               if summary.get("diverged_at_round") else
+                               f": not reached in {summary['rounds_completed']} rounds")
+                grid = sorted(st.config.lr for st in statuses)
+                if done == len(grid) > 2 and best.config.lr in (grid[0], grid[-1]):
+                    # McMahan et al. checked that each best rate lay inside its grid; a cell that fails it says so
+                    status += f"; best lr {best.config.lr:g} at the grid's edge"
+            rows.append({
+                "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
+                "ours": None if ours is None else round(ours, 2),
+                "diff": None if ours is None or not isinstance(paper, (int, float)) else round(ours - paper, 2),
+                "scale": exp.scale, "status": status,
+                "run": None if best is None else best.run_id,
+                "device": None if best is None else best.doc["env"]["device_name"],
+                "wall_s": None if best is None else best.doc["summary"]["total_wall_s"],
+                "commit": None if best is None else best.doc["env"]["git_commit"][:12],
+            })
+    # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
+    for cell in exp.omitted:
+        rows += [{"experiment": exp.name, "cell": cell, "column": key, "paper": exp.published.get(cell, {}).get(key),
+                  "ours": None, "diff": None, "scale": exp.scale, "status": f"not in the {exp.scale} scale",
+                  "run": None, "device": None, "wall_s": None, "commit": None} for key in exp.columns]
+    return rows
+
+
+def format_text(exp: experiments.Experiment, rows: list[dict]) -> str:
+    unit = "accuracy %" if exp.metric == "final_acc" else f"rounds ({exp.rule} rule)"
+    lines = [f"{exp.title} - {exp.reference}", f"scale: {exp.scale} ({exp.scale_note}); values: {unit}",
+             f"{'cell':<28}{'column':>8}{'paper':>9}{'ours':>9}{'diff':>9}  status"]
+    fmt = lambda v: "-" if v is None else (v if isinstance(v, str) else f"{v:g}")  # noqa: E731
+    for r in rows:
+        lines.append(f"{r['cell']:<28}{r['column']:>8}{fmt(r['paper']):>9}{fmt(r['ours']):>9}"
+                     f"{fmt(r['diff']):>9}  {r['status']}")
+    return "\n".join(lines)
+
+
+def frame(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """The scoreboard as a pandas table: cell, column, paper, ours, diff, status."""
+    import pandas as pd
+
+    rows = compare(exp) if rows is None else rows
+    return pd.DataFrame(rows, columns=["cell", "column", "paper", "ours", "diff", "status"])
+
+
+def method_table(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """The scoreboard of a table whose cells are named "<setting>-<method>" (FedNNNN Table 2, the FedUmf
+    tables) with a column per method: rows (setting, paper column), columns (paper | ours, method), both in
+    the experiment's order; NaN where the paper printed no number or we have none (not run, or not reached)."""
+    import pandas as pd
+
+    board = frame(exp, rows)
+    board[["setting", "method"]] = board["cell"].str.rsplit("-", n=1, expand=True)
+    wide = board.pivot(index=["setting", "column"], columns="method", values=["paper", "ours"])
+    wide = wide.apply(pd.to_numeric, errors="coerce")
+    order = pd.MultiIndex.from_frame(board[["setting", "column"]].drop_duplicates())
+    methods = list(dict.fromkeys(board["method"]))
+    return wide.reindex(index=order, columns=pd.MultiIndex.from_product([["paper", "ours"], methods]))
+
+
+def differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: list[dict] | None = None):
+    """Each method of method_table(exp) minus `baseline`, paper and ours side by side: the papers' claims are
+    such differences (accuracy points gained over FedAvg, rounds saved against it) more than the numbers."""
+    import pandas as pd
+
+    table = method_table(exp, rows)
+    methods = [m for m in table["ours"].columns if m != baseline]
+    return pd.concat({m: table.xs(m, axis=1, level=1) - table.xs(baseline, axis=1, level=1) for m in methods},
+                     axis=1)
+
+
+def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULTS_DIR,
+               experiments_dir: Path = experiments.EXPERIMENTS_DIR):
+    """What the committed runs at `scale` cost, per experiment and machine, from their results files: every
+    run counts (each learning rate of a grid, the cells it did not pick too), a copy of another table's run
+    does not. `parallel` is how many runs shared the machine (recorded since commit 6772967), which stretches
+    each one's wall time; `paper` is the paper's own time, where it gives one."""
+    import pandas as pd
+
+    rows, paper = [], {}
+    for name in names:
+        exp = experiments.load(name, scale, experiments_dir)
+        paper[name] = exp.published_wall_time
+        for cell in exp.cells:
+            for st in reproduce.inspect(exp, cell, results_dir):
+                if st.status == "done" and "copied_from" not in st.doc:
+                    rows.append({"experiment": name, "device": st.doc["env"]["device_name"],
+                                 "parallel": st.doc["env"].get("parallel_runs", "not recorded"),
+                                 "wall_s": st.doc["summary"]["total_wall_s"],
+                                 "rounds": st.doc["summary"]["rounds_completed"]})
+    runs = pd.DataFrame(rows, columns=["experiment", "device", "parallel", "wall_s", "rounds"])
+    table = runs.groupby(["experiment", "device", "parallel"]).agg(
+        runs=("wall_s", "size"), median_s=("wall_s", "median"), max_s=("wall_s", "max"),
+        total_h=("wall_s", lambda s: s.sum() / 3600), s_per_round=("rounds", "sum"))
+    table["s_per_round"] = table["total_h"] * 3600 / table["s_per_round"]
+    table["paper"] = [paper[name] for name in table.index.get_level_values("experiment")]
+    return table.round({"median_s": 1, "max_s": 1, "total_h": 2, "s_per_round": 3})
+
+
+def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
+    """What produced a table or figure: scale, what the scale reduced, hardware and commit."""
+    produced = sorted({results.provenance(d).split(", torch")[0] for d in runs.values()})
+    commits = sorted({d["env"]["git_commit"][:12] for d in runs.values()})
+    return (f"{exp.reference} | scale: {exp.scale} ({exp.scale_note}) | "
+            + (f"run on {'; '.join(produced)}, commit {', '.join(commits)}" if runs else "no results yet"))
+
+
+def scales_to_show(names, scale: str) -> list[str]:
+    """A page's own scale, then `paper` once any of the experiments `names` has paper-scale runs committed:
+    those arrive a few cells at a time (accelerator leases), and a page shows them as soon as they exist."""
+    committed = any(any((reproduce.RESULTS_DIR / n / "paper").glob("*.json")) for n in names)  # not read
+    return [scale] + (["paper"] if scale != "paper" and committed else [])
+
+
+def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):
+    """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and the
+    paper-vs-ours table (with the paper's cells this scale leaves out), then the same table at paper scale once
+    any of its paper-scale runs are committed. Returns (experiment, {cell: results doc}) at `scale`."""
+    from IPython.display import Markdown, display
+
+    exp, runs = reproduce.ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
+    display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
+    display(frame(exp))
+    if scales_to_show([name], scale)[1:]:
+        paper_exp, paper_runs = experiments.load(name, "paper"), reproduce.load_runs(name, "paper")
+        display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
+                         f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
+        display(frame(paper_exp))
+    return exp, runs
