@@ -63,6 +63,8 @@ class RunConfig:
     feddc_alpha: float = _help("feddc, fedumf_feddc: drift penalty alpha", default=0.01)
     noise_std: float = _help("sigma of Gaussian noise added to every uploaded client model "
                              "(McMahan replication poster sec. 2.4)", default=0.0)
+    inputs: str = _help("input scaling: standardized (pixels in [0, 1], then per-channel mean and std of the "
+                        "training set) or unit (pixels in [0, 1] only)", default="standardized")
     train_subset: int = _help("use a random subset of this many training examples (0 = all)", default=0)
     test_subset: int = _help("use a random subset of this many test examples (0 = all)", default=0)
 
@@ -78,6 +80,7 @@ class RunConfig:
         need(self.algorithm in algorithms.NAMES, "algorithm", "one of " + ", ".join(algorithms.NAMES))
         need(self.partition in PARTITIONS, "partition", "one of " + ", ".join(PARTITIONS))
         need(self.weighting in WEIGHTINGS, "weighting", "one of " + ", ".join(WEIGHTINGS))
+        need(self.inputs in data.INPUT_SCALINGS, "inputs", "one of " + ", ".join(data.INPUT_SCALINGS))
         need(self.clients >= 1, "clients", ">= 1")
         need(0.0 <= self.fraction <= 1.0, "fraction", "in [0, 1] (0 means one client per round)")
         need(self.local_epochs >= 1, "local-epochs", ">= 1")

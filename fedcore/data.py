@@ -23,6 +23,7 @@ STATS = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
 DATASET_NAMES = tuple(STATS)
+INPUT_SCALINGS = ("standardized", "unit")
 
 _EXPECTED_FILES = {
     "mnist": "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte",
@@ -117,6 +118,17 @@ def _load_cpu(name: str, root: Path) -> Dataset:
     test_x, test_y = _as_uint8_nchw(_open_split(name, root, train=False))
     mean, std = (torch.tensor(s, dtype=torch.float32).view(1, -1, 1, 1) for s in STATS[name])
     return Dataset(name, train_x, train_y, test_x, test_y, mean, std)
+
+
+def scaled(ds: Dataset, inputs: str) -> Dataset:
+    """`ds` with the input scaling `inputs` (see INPUT_SCALINGS): "standardized" as loaded, "unit" leaves
+    pixels in [0, 1] (no paper here states its scaling; the 2NN's speed depends on it, see the FedAvg page)."""
+    if inputs not in INPUT_SCALINGS:
+        raise ConfigError(f"--inputs must be one of {', '.join(INPUT_SCALINGS)}; got {inputs!r}")
+    if inputs == "standardized":
+        return ds
+    return Dataset(ds.name, ds.train_x, ds.train_y, ds.test_x, ds.test_y, torch.zeros_like(ds.mean),
+                   torch.ones_like(ds.std))
 
 
 def subset(ds: Dataset, train_size: int, test_size: int, generator: torch.Generator) -> Dataset:

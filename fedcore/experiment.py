@@ -47,7 +47,7 @@ def sample_clients(cfg: RunConfig, t: int) -> torch.Tensor:
 
 def setup(cfg: RunConfig, device: torch.device):
     """(dataset on device, client index tensors on device, freshly initialised model) for `cfg`."""
-    ds = data.load(cfg.dataset)
+    ds = data.scaled(data.load(cfg.dataset), cfg.inputs)
     if cfg.train_subset or cfg.test_subset:
         ds = data.subset(ds, cfg.train_subset, cfg.test_subset, seeding.generator(cfg.seed, "subset"))
     parts = partition.make(cfg.partition, ds.train_y, cfg.clients,

@@ -18,6 +18,7 @@ SMALL = ["--train-subset", "1000", "--test-subset", "200", "--clients", "10", "-
     (["--model", "vgg"], "--model must be one of"),
     (["--dataset", "svhn"], "--dataset must be one of"),
     (["--partition", "zipf"], "--partition must be one of"),
+    (["--inputs", "whitened"], "--inputs must be one of standardized, unit"),
     (["--batch-size", "ten"], "--batch-size must be"),
     (["--device", "tpu"], "--device must be"),
     (["--lr-grid", "0.1", "-1"], "--lr-grid must be positive learning rates"),

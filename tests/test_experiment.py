@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from fedcore import algorithms, experiment, results
 from fedcore.config import RunConfig, Runtime
@@ -44,6 +45,15 @@ def test_same_config_and_seed_give_identical_numbers(tmp_path):
     a, b = _run(tmp_path, "a.json"), _run(tmp_path, "b.json")
     assert _numbers(a) == _numbers(b)
     assert _numbers(_run(tmp_path, "c.json", seed=1)) != _numbers(a)
+
+
+def test_unit_inputs_feed_the_network_pixels_in_0_1_and_change_the_run(tmp_path):
+    from fedcore import data
+
+    ds = data.scaled(data.load("mnist"), "unit")
+    x = ds.normalize(ds.train_x[:50])
+    assert torch.equal(x, ds.train_x[:50].float() / 255.0)
+    assert _numbers(_run(tmp_path, "unit.json", inputs="unit")) != _numbers(_run(tmp_path, "std.json"))
 
 
 def test_evaluation_every_k_rounds_and_at_the_end(tmp_path):
