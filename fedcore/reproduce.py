@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -174,7 +174,7 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
             futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False, jobs) for st in todo]
             interrupted = False
             try:
-                for i, f in enumerate(futures, 1):
+                for i, f in enumerate(as_completed(futures), 1):  # as they finish: a long run hides no others
                     path = f.result()
                     if path is None:  # skipped: the workers alone were signalled
                         interrupted = True
