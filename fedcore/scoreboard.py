@@ -127,9 +127,10 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
                                  "rounds": st.doc["summary"]["rounds_completed"]})
     runs = pd.DataFrame(rows, columns=["experiment", "device", "parallel", "wall_s", "rounds"])
     table = runs.groupby(["experiment", "device", "parallel"]).agg(
-        runs=("wall_s", "size"), median_s=("wall_s", "median"), max_s=("wall_s", "max"),
-        total_h=("wall_s", lambda s: s.sum() / 3600), s_per_round=("rounds", "sum"))
-    table["s_per_round"] = table["total_h"] * 3600 / table["s_per_round"]
+        runs=("wall_s", "size"), rounds=("rounds", "sum"), median_s=("wall_s", "median"),
+        max_s=("wall_s", "max"), total_s=("wall_s", "sum"))
+    table["total_h"] = table["total_s"] / 3600
+    table["s_per_round"] = table.pop("total_s") / table["rounds"]
     table["paper"] = [paper[name] for name in table.index.get_level_values("experiment")]
     return table.round({"median_s": 1, "max_s": 1, "total_h": 2, "s_per_round": 3})
 
