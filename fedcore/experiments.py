@@ -4,6 +4,7 @@ published numbers in experiments/published.toml (the one place the book and scor
 An experiment file holds
     title, reference, metric ("rounds_to_target" or "final_acc"), rule, targets,
     final_acc_column (true: also compare final accuracy, as a column "acc", beside rounds to target)
+    seeds             optional list (also per scale): every cell runs once per seed, as cells "<name>-seed<s>"
     [base]            RunConfig fields shared by every cell (the paper's settings)
     [scales.<s>]      overrides of [base] per scale (paper / cpu / smoke), with a `note` saying what was
                       reduced, optionally `cells = [...]` (run only these) and `lr_grid = [...]`
@@ -31,6 +32,7 @@ class Cell:
     name: str
     config: C.RunConfig
     lr_grid: tuple[float, ...] = ()  # McMahan's protocol: run each lr, keep the best
+    setting: str = ""  # the [[cells]] entry this cell comes from: its name, or its name before "-seed<s>"
 
     def variants(self) -> list[tuple[str, C.RunConfig]]:
         """(run id, config) for each learning rate this cell runs."""
@@ -102,6 +104,12 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     scale_lr_grid = scale_doc.pop("lr_grid", None)
     if lr_grid is not None:
         scale_lr_grid = tuple(lr_grid)
+    seeds = scale_doc.pop("seeds", doc.get("seeds"))
+    if seeds is not None and (not isinstance(seeds, list) or not seeds
+                              or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise ConfigError(f"{path}: seeds must be a non-empty list of integers; got {seeds!r}")
+    table = published(directory).get(doc.get("published", name), {})
+    paper_cells = dict(table.get("cells", {}))
     cells, omitted = [], []
     for entry in doc["cells"]:
         entry = dict(entry)
@@ -110,10 +118,19 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
             omitted.append(cell_name)
             continue
         values = {**doc.get("base", {}), **scale_doc, **entry}  # a cell's own settings define it at every scale
-        cfg = C.from_mapping(values, f"{path} cell {cell_name}")
-        cells.append(Cell(name, cell_name, cfg, tuple(lr_grid if scale_lr_grid is None else scale_lr_grid)))
-    table = published(directory).get(doc.get("published", name), {})
+        grid = tuple(lr_grid if scale_lr_grid is None else scale_lr_grid)
+        if seeds is None:
+            cells.append(Cell(name, cell_name, C.from_mapping(values, f"{path} cell {cell_name}"), grid, cell_name))
+            continue
+        for seed in seeds:  # one cell per seed; each compares with the paper's one number for the setting
+            seeded = f"{cell_name}-seed{seed}"
+            cfg = C.from_mapping({**values, "seed": seed}, f"{path} cell {seeded}")
+            cells.append(Cell(name, seeded, cfg, grid, cell_name))
+            if cell_name in paper_cells:
+                paper_cells[seeded] = paper_cells[cell_name]
+    ours = {c.name for c in cells} | set(omitted)  # a seed study borrows the table it repeats cells of
+    paper_cells = {cell: value for cell, value in paper_cells.items() if cell in ours}
     return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
-                      table.get("cells", {}), bool(doc.get("final_acc_column", False)), tuple(omitted),
+                      paper_cells, bool(doc.get("final_acc_column", False)), tuple(omitted),
                       table.get("wall_time", ""))

@@ -146,7 +146,7 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
               lr_grid: tuple[float, ...] | None = None, results_dir: Path = RESULTS_DIR,
               experiments_dir: Path = experiments.EXPERIMENTS_DIR, log=print) -> experiments.Experiment:
     exp = experiments.load(name, scale, experiments_dir, lr_grid=lr_grid)
-    cells = [c for c in exp.cells if not only or c.name in only]
+    cells = [c for c in exp.cells if not only or c.name in only or c.setting in only]  # a setting: all its seeds
     if only and not cells:
         raise ConfigError(f"--only: no cell of {name} is named {', '.join(only)}; "
                           f"cells: {', '.join(c.name for c in exp.cells)}")

@@ -44,7 +44,8 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
                     # McMahan et al. checked that each best rate lay inside its grid; a cell that fails it says so
                     status += f"; best lr {best.config.lr:g} at the grid's edge"
             rows.append({
-                "experiment": exp.name, "cell": cell.name, "column": key, "paper": paper,
+                "experiment": exp.name, "cell": cell.name, "setting": cell.setting, "seed": cell.config.seed,
+                "column": key, "paper": paper,
                 "ours": None if ours is None else round(ours, 2),
                 "diff": None if ours is None or not isinstance(paper, (int, float)) else round(ours - paper, 2),
                 "scale": exp.scale, "status": status,
@@ -55,7 +56,7 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
             })
     # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
     for cell in exp.omitted:
-        rows += [{"experiment": exp.name, "cell": cell, "column": key, "paper": exp.published.get(cell, {}).get(key),
+        rows += [{"experiment": exp.name, "cell": cell, "setting": cell, "seed": None, "column": key, "paper": exp.published.get(cell, {}).get(key),
                   "ours": None, "diff": None, "scale": exp.scale, "status": f"not in the {exp.scale} scale",
                   "run": None, "device": None, "wall_s": None, "commit": None} for key in exp.columns]
     return rows
@@ -104,6 +105,40 @@ def differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: lis
     methods = [m for m in table["ours"].columns if m != baseline]
     return pd.concat({m: table.xs(m, axis=1, level=1) - table.xs(baseline, axis=1, level=1) for m in methods},
                      axis=1)
+
+
+def seed_table(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """Our number for each setting of a seed study (an experiment with `seeds`) and each seed: rows
+    (setting, paper column), columns the seeds; NaN where a seed's run is missing or did not reach the target."""
+    import pandas as pd
+
+    board = pd.DataFrame(compare(exp) if rows is None else rows)
+    board = board[board["seed"].notna()].astype({"seed": int})
+    table = board.pivot(index=["setting", "column"], columns="seed", values="ours").apply(pd.to_numeric)
+    order = pd.MultiIndex.from_frame(board[["setting", "column"]].drop_duplicates())
+    return table.reindex(index=order)
+
+
+def spread(per_seed):
+    """Summary of a table with one column per seed (seed_table, or differences of its rows): how many seeds
+    have a number, and its min, median, max and max/min. A seed without a number (not reached) is left out
+    of the statistics but not of `seeds`, so the two counts say how many fell short."""
+    import pandas as pd
+
+    values = per_seed.apply(pd.to_numeric)
+    summary = pd.DataFrame({"seeds": values.shape[1], "with_number": values.notna().sum(axis=1),
+                            "min": values.min(axis=1), "median": values.median(axis=1), "max": values.max(axis=1)})
+    summary["max/min"] = (summary["max"] / summary["min"]).where(summary["min"] > 0)
+    return summary.round(2)
+
+
+def seed_spread(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """spread() of seed_table(exp), with the paper's one number for each setting beside it."""
+    rows = compare(exp) if rows is None else rows
+    summary = spread(seed_table(exp, rows))
+    paper = {(r["setting"], r["column"]): r["paper"] for r in rows}
+    summary.insert(0, "paper", [paper.get(key) for key in summary.index])
+    return summary
 
 
 def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULTS_DIR,
