@@ -208,14 +208,20 @@ def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True,
     _legend_or_empty(ax, runs, fontsize=7, ncol=2)
 
 
+def _plain_log_ticks(axis) -> None:
+    """Label a log axis with plain numbers (20, 300), also where it spans less than a decade."""
+    from matplotlib import ticker
+
+    axis.set_major_formatter(ticker.LogFormatter())
+    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+
+
 def plot_ours_vs_paper(ax, boards: dict, *, what: str = "rounds to target") -> None:
     """One point per table cell: the paper's number (x) against ours (y), log axes, for scoreboard frames
     keyed by scale (marker: scale; colour: the cell name's first part, the data split). On the diagonal we
     match the paper, below it we need fewer rounds. A cell only one side reached sits on that axis's far
     edge as an open marker; cells not run are left out."""
     import math
-
-    from matplotlib import ticker
 
     def number(v):
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
@@ -246,11 +252,55 @@ def plot_ours_vs_paper(ax, boards: dict, *, what: str = "rounds to target") -> N
     ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi * 1.1), ylim=(lo, hi * 1.1),
            xlabel=f"paper: {what} (right edge: not reached)", ylabel=f"ours: {what} (top edge: not reached)")
-    for axis in (ax.xaxis, ax.yaxis):  # plain numbers (20, 300), also where less than a decade is shown
-        axis.set_major_formatter(ticker.LogFormatter())
-        axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
+
+
+def plot_seed_spread(ax, per_seed, paper=None, *, what: str, log: bool = False) -> None:
+    """A seed study at a glance: one column of dots per row of `per_seed` (index: labels, columns: seeds;
+    NaN: that seed has no number), seed 0 ringed (it is the run our tables show), a bar at the median, and
+    the paper's one number (`paper`, aligned with the index; None or a string: no number) as a red cross.
+    Seeds with no number are counted under their column."""
+    import math
+    import numbers
+    import statistics
+
+    labels = [" ".join(map(str, key)) if isinstance(key, tuple) else str(key) for key in per_seed.index]
+    half = 0.25  # half the width of a column of dots
+    shown = 0  # points drawn
+    for i, (_, values) in enumerate(per_seed.iterrows()):
+        seeds = [(seed, float(v)) for seed, v in values.items() if v == v]  # NaN != NaN: no number
+        shown += len(seeds)
+        xs = [i + half * (2 * k / max(len(seeds) - 1, 1) - 1) for k in range(len(seeds))]
+        ax.plot(xs, [v for _, v in seeds], "o", color="C0", alpha=0.7, ms=5, label="ours, one seed each")
+        ax.plot([x for x, (seed, _) in zip(xs, seeds) if seed == 0], [v for seed, v in seeds if seed == 0], "o",
+                ms=10, mfc="none", color="C1", label="seed 0 (the run our tables show)")
+        if seeds:
+            median = statistics.median(v for _, v in seeds)
+            ax.plot([i - 1.3 * half, i + 1.3 * half], [median, median], color="C0", lw=2, label="median over seeds")
+        if len(seeds) < len(values):
+            ax.annotate(f"{len(values) - len(seeds)} of {len(values)}\nnot reached", (i, 0),
+                        xycoords=("data", "axes fraction"), xytext=(0, 4), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=7)
+        value = None if paper is None else paper.iloc[i]
+        if isinstance(value, numbers.Real) and math.isfinite(value):  # numbers.Real: numpy's numbers too
+            ax.plot(i, value, "X", color="C3", ms=9, label="paper (one run)")
+            shown += 1
+    long = max(map(len, labels)) > 12
+    ax.set_xticks(range(len(labels)), labels, fontsize=8, rotation=30 if long else 0, ha="right" if long else "center")
+    ax.set(xlim=(-0.6, len(labels) - 0.4), ylabel=what)
+    if not shown:
+        ax.text(0.5, 0.5, "no numbers yet", ha="center", va="center", transform=ax.transAxes)
+        return
+    if log:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
+    ax.grid(alpha=0.3, axis="y", which="both")
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles))  # every column labels its artists; the legend lists each once
+    ax.legend(unique.values(), unique.keys(), fontsize=8)
 
 
 def plot_class_counts(ax, counts, title: str) -> None:

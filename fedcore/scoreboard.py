@@ -56,9 +56,10 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
             })
     # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
     for cell in exp.omitted:
-        rows += [{"experiment": exp.name, "cell": cell, "setting": cell, "seed": None, "column": key, "paper": exp.published.get(cell, {}).get(key),
-                  "ours": None, "diff": None, "scale": exp.scale, "status": f"not in the {exp.scale} scale",
-                  "run": None, "device": None, "wall_s": None, "commit": None} for key in exp.columns]
+        rows += [{"experiment": exp.name, "cell": cell, "setting": cell, "seed": None, "column": key,
+                  "paper": exp.published.get(cell, {}).get(key), "ours": None, "diff": None, "scale": exp.scale,
+                  "status": f"not in the {exp.scale} scale", "run": None, "device": None, "wall_s": None,
+                  "commit": None} for key in exp.columns]
     return rows
 
 
@@ -139,6 +140,27 @@ def seed_spread(exp: experiments.Experiment, rows: list[dict] | None = None):
     paper = {(r["setting"], r["column"]): r["paper"] for r in rows}
     summary.insert(0, "paper", [paper.get(key) for key in summary.index])
     return summary
+
+
+def seed_differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: list[dict] | None = None):
+    """differences() for a seed study whose settings are named "<setting>-<method>": each method minus
+    `baseline` per seed (a paired comparison: the same seed draws the same split, initial model and client
+    samples for both). Returns (per seed: rows (method, setting, column), columns the seeds; the paper's
+    difference for each row, NaN where it printed no number)."""
+    import pandas as pd
+
+    rows = compare(exp) if rows is None else rows
+    table = seed_table(exp, rows)
+    paper = pd.to_numeric(seed_spread(exp, rows)["paper"], errors="coerce")
+    names = table.index.get_level_values("setting").str.rsplit("-", n=1)
+    split = lambda t: t.set_axis(pd.MultiIndex.from_arrays(  # noqa: E731
+        [names.str[0], names.str[1], t.index.get_level_values("column")], names=["setting", "method", "column"]))
+    table, paper = split(table), split(paper)
+    base = table.xs(baseline, level="method")
+    base_paper = paper.xs(baseline, level="method")
+    methods = [m for m in dict.fromkeys(table.index.get_level_values("method")) if m != baseline]
+    per_seed = pd.concat({m: table.xs(m, level="method") - base for m in methods}, names=["method"])
+    return per_seed, pd.concat({m: paper.xs(m, level="method") - base_paper for m in methods}, names=["method"])
 
 
 def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULTS_DIR,

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from fedcore import experiments, reproduce, results, scoreboard
+from fedcore.errors import ConfigError
 from tests.helpers import needs_mnist
 
 ALL = experiments.names()
@@ -236,3 +237,31 @@ def test_a_best_learning_rate_at_the_edge_of_its_grid_is_flagged(tmp_path):
     assert scoreboard.compare(exp, results_dir)[0]["status"].endswith("best lr 0.1 at the grid's edge")
     exp = run(lr_grid=(0.003, 0.1, 3.0))  # 3.0 is far too large: the best, 0.1, is inside the grid
     assert "edge" not in scoreboard.compare(exp, results_dir)[0]["status"]
+
+
+def test_a_seed_study_runs_each_cell_once_per_seed_beside_the_papers_one_number(tmp_path):
+    exps = _tiny(tmp_path)
+    text = (exps / "tiny.toml").read_text().replace('targets = [0.8]', 'targets = [0.8]\nseeds = [3, 5]')
+    (exps / "tiny.toml").write_text(text + '[[cells]]\nname = "b"\n')
+    exp = experiments.load("tiny", "smoke", exps)
+    assert [(c.name, c.setting, c.config.seed) for c in exp.cells] == [
+        ("a-seed3", "a", 3), ("a-seed5", "a", 5), ("b-seed3", "b", 3), ("b-seed5", "b", 5)]
+    assert exp.published == {"a-seed3": {"0.8": 12}, "a-seed5": {"0.8": 12}}  # b: the paper has no number
+    # a scale may run fewer seeds; anything but a list of integers is refused, naming the file
+    (exps / "tiny.toml").write_text(text.replace('note = "test"', 'note = "test"\nseeds = [7]'))
+    assert [c.name for c in experiments.load("tiny", "smoke", exps).cells] == ["a-seed7"]
+    for bad in ("[]", "[1.5]", "3", "[true]"):
+        (exps / "tiny.toml").write_text(text.replace("seeds = [3, 5]", f"seeds = {bad}"))
+        with pytest.raises(ConfigError, match="tiny.toml: seeds must be a non-empty list of integers"):
+            experiments.load("tiny", "smoke", exps)
+
+
+@needs_mnist
+def test_only_a_setting_runs_all_its_seeds(tmp_path):
+    exps = _tiny(tmp_path, rounds=1)
+    text = (exps / "tiny.toml").read_text().replace('targets = [0.8]', 'targets = [0.8]\nseeds = [0, 1]')
+    (exps / "tiny.toml").write_text(text + '[[cells]]\nname = "b"\n')
+    results_dir = tmp_path / "results"
+    reproduce.reproduce("tiny", "smoke", device="cpu", only=["b"], results_dir=results_dir, experiments_dir=exps,
+                        log=lambda *a: None)
+    assert sorted(p.name for p in (results_dir / "tiny" / "smoke").glob("*.json")) == ["b-seed0.json", "b-seed1.json"]
