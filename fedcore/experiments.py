@@ -58,6 +58,7 @@ class Experiment:
     final_acc_column: bool = False
     omitted: tuple[str, ...] = ()  # the paper's cells this scale does not run (its note says why)
     published_wall_time: str = ""  # the paper's own compute time for a run, where it reports one
+    seeds: tuple[int, ...] = ()  # a seed study's seeds (each [[cells]] entry runs once per seed); () otherwise
 
     @property
     def columns(self) -> list[str]:
@@ -133,4 +134,4 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
                       paper_cells, bool(doc.get("final_acc_column", False)), tuple(omitted),
-                      table.get("wall_time", ""))
+                      table.get("wall_time", ""), tuple(seeds or ()))

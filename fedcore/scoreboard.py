@@ -207,18 +207,23 @@ def scales_to_show(names, scale: str) -> list[str]:
     return [scale] + (["paper"] if scale != "paper" and committed else [])
 
 
+def page_table(exp: experiments.Experiment):
+    """What a page shows of an experiment: the paper-vs-ours frame; for a seed study, its seed_spread."""
+    return seed_spread(exp) if exp.seeds else frame(exp)
+
+
 def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):
-    """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and the
-    paper-vs-ours table (with the paper's cells this scale leaves out), then the same table at paper scale once
-    any of its paper-scale runs are committed. Returns (experiment, {cell: results doc}) at `scale`."""
+    """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and table (the
+    paper's cells this scale leaves out included), then the same at paper scale once any of its paper-scale runs
+    are committed. Returns (experiment, {cell: results doc}) at `scale`."""
     from IPython.display import Markdown, display
 
     exp, runs = reproduce.ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
     display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
-    display(frame(exp))
+    display(page_table(exp))
     if scales_to_show([name], scale)[1:]:
         paper_exp, paper_runs = experiments.load(name, "paper"), reproduce.load_runs(name, "paper")
         display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
                          f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
-        display(frame(paper_exp))
+        display(page_table(paper_exp))
     return exp, runs

@@ -101,3 +101,16 @@ def test_seed_spread_plot_draws_every_seed_the_median_and_the_papers_number_and_
     assert points("paper (one run)") == [(0, 87)]  # numpy's numbers count, the paper's "—" does not
     assert [t.get_text() for t in ax.texts] == ["1 of 3\nnot reached"] and ax.get_yscale() == "log"
     plt.close(fig)
+
+
+def test_a_page_shows_a_seed_study_as_its_spread_over_seeds(monkeypatch):
+    import IPython.display
+    import pandas as pd
+
+    shown = []
+    monkeypatch.setenv("FEDBOOK_RENDER_ONLY", "1")
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    exp, runs = scoreboard.show("mcmahan_seeds_2nn", "cpu")
+    tables = [obj for obj in shown if isinstance(obj, pd.DataFrame)]
+    assert exp.seeds and tables and all({"paper", "seeds", "with_number", "median"} <= set(t.columns) for t in tables)
+    assert tables[0].loc[("iid-B10-C0.1", "0.97"), "seeds"] == len(exp.seeds)
