@@ -258,19 +258,26 @@ def plot_ours_vs_paper(ax, boards: dict, *, what: str = "rounds to target") -> N
     ax.legend(fontsize=8)
 
 
-def plot_seed_spread(ax, per_seed, paper=None, *, what: str, log: bool = False) -> None:
+def plot_seed_spread(ax, per_seed, paper=None, *, ran=None, what: str, log: bool = False) -> None:
     """A seed study at a glance: one column of dots per row of `per_seed` (index: labels, columns: seeds;
     NaN: that seed has no number), seed 0 ringed (it is the run our tables show), a bar at the median, and
     the paper's one number (`paper`, aligned with the index; None or a string: no number) as a red cross.
-    Seeds with no number are counted under their column."""
+    `ran` (same shape, True where a seed's run exists; None: all ran) leaves out rows without runs; the seeds
+    that ran but have no number are counted under their column as not reached."""
     import math
     import numbers
     import statistics
 
+    import pandas as pd
+
+    ran = pd.DataFrame(True, index=per_seed.index, columns=per_seed.columns) if ran is None else ran
+    keep = ran.any(axis=1).to_numpy()
+    per_seed, ran = per_seed[keep], ran[keep]
+    paper = None if paper is None else paper[keep]
     labels = [" ".join(map(str, key)) if isinstance(key, tuple) else str(key) for key in per_seed.index]
     half = 0.25  # half the width of a column of dots
     shown = 0  # points drawn
-    for i, (_, values) in enumerate(per_seed.iterrows()):
+    for i, ((_, values), (_, has_run)) in enumerate(zip(per_seed.iterrows(), ran.iterrows())):
         seeds = [(seed, float(v)) for seed, v in values.items() if v == v]  # NaN != NaN: no number
         shown += len(seeds)
         xs = [i + half * (2 * k / max(len(seeds) - 1, 1) - 1) for k in range(len(seeds))]
@@ -280,15 +287,15 @@ def plot_seed_spread(ax, per_seed, paper=None, *, what: str, log: bool = False) 
         if seeds:
             median = statistics.median(v for _, v in seeds)
             ax.plot([i - 1.3 * half, i + 1.3 * half], [median, median], color="C0", lw=2, label="median over seeds")
-        if len(seeds) < len(values):
-            ax.annotate(f"{len(values) - len(seeds)} of {len(values)}\nnot reached", (i, 0),
+        if len(seeds) < has_run.sum():
+            ax.annotate(f"{has_run.sum() - len(seeds)} of {has_run.sum()}\nnot reached", (i, 0),
                         xycoords=("data", "axes fraction"), xytext=(0, 4), textcoords="offset points",
                         ha="center", va="bottom", fontsize=7)
         value = None if paper is None else paper.iloc[i]
         if isinstance(value, numbers.Real) and math.isfinite(value):  # numbers.Real: numpy's numbers too
             ax.plot(i, value, "X", color="C3", ms=9, label="paper (one run)")
             shown += 1
-    long = max(map(len, labels)) > 12
+    long = max(map(len, labels), default=0) > 12
     ax.set_xticks(range(len(labels)), labels, fontsize=8, rotation=30 if long else 0, ha="right" if long else "center")
     ax.set(xlim=(-0.6, len(labels) - 0.4), ylabel=what)
     if not shown:

@@ -108,26 +108,29 @@ def differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: lis
                      axis=1)
 
 
-def seed_table(exp: experiments.Experiment, rows: list[dict] | None = None):
-    """Our number for each setting of a seed study (an experiment with `seeds`) and each seed: rows
-    (setting, paper column), columns the seeds; NaN where a seed's run is missing or did not reach the target."""
+def seed_table(exp: experiments.Experiment, rows: list[dict] | None = None, values: str = "ours"):
+    """A seed study (an experiment with `seeds`) as rows (setting, paper column) by columns (the seeds) of
+    `values`, a scoreboard field: "ours" (NaN where a seed's run is missing or did not reach the target) or
+    "run" (the run's id, None where there is no run). The settings this scale leaves out are all-NaN rows."""
     import pandas as pd
 
     board = pd.DataFrame(compare(exp) if rows is None else rows)
-    board = board[board["seed"].notna()].astype({"seed": int})
-    table = board.pivot(index=["setting", "column"], columns="seed", values="ours").apply(pd.to_numeric)
     order = pd.MultiIndex.from_frame(board[["setting", "column"]].drop_duplicates())
-    return table.reindex(index=order)
+    board = board[board["seed"].notna()].astype({"seed": int})
+    table = board.pivot(index=["setting", "column"], columns="seed", values=values)
+    return (table.apply(pd.to_numeric) if values == "ours" else table).reindex(index=order)
 
 
-def spread(per_seed):
-    """Summary of a table with one column per seed (seed_table, or differences of its rows): how many seeds
-    have a number, and its min, median, max and max/min. A seed without a number (not reached) is left out
-    of the statistics but not of `seeds`, so the two counts say how many fell short."""
+def spread(per_seed, ran=None):
+    """Summary of a table with one column per seed (seed_table, or differences of its rows): `seeds`, how many
+    seeds ran (`ran`: a table of the same shape, True where a seed's run exists; None: every column ran), and
+    `with_number`, how many of them have a number (the rest did not reach the target); then its min, median,
+    max and max/min over the seeds with a number."""
     import pandas as pd
 
     values = per_seed.apply(pd.to_numeric)
-    summary = pd.DataFrame({"seeds": values.shape[1], "with_number": values.notna().sum(axis=1),
+    summary = pd.DataFrame({"seeds": values.shape[1] if ran is None else ran.sum(axis=1),
+                            "with_number": values.notna().sum(axis=1),
                             "min": values.min(axis=1), "median": values.median(axis=1), "max": values.max(axis=1)})
     summary["max/min"] = (summary["max"] / summary["min"]).where(summary["min"] > 0)
     return summary.round(2)
@@ -136,7 +139,7 @@ def spread(per_seed):
 def seed_spread(exp: experiments.Experiment, rows: list[dict] | None = None):
     """spread() of seed_table(exp), with the paper's one number for each setting beside it."""
     rows = compare(exp) if rows is None else rows
-    summary = spread(seed_table(exp, rows))
+    summary = spread(seed_table(exp, rows), seed_table(exp, rows, "run").notna())
     paper = {(r["setting"], r["column"]): r["paper"] for r in rows}
     summary.insert(0, "paper", [paper.get(key) for key in summary.index])
     return summary
@@ -145,22 +148,26 @@ def seed_spread(exp: experiments.Experiment, rows: list[dict] | None = None):
 def seed_differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: list[dict] | None = None):
     """differences() for a seed study whose settings are named "<setting>-<method>": each method minus
     `baseline` per seed (a paired comparison: the same seed draws the same split, initial model and client
-    samples for both). Returns (per seed: rows (method, setting, column), columns the seeds; the paper's
-    difference for each row, NaN where it printed no number)."""
+    samples for both). Returns three tables with rows (method, setting, column): the differences per seed
+    (columns: seeds), whether both runs of a seed exist (for spread), and the paper's difference (NaN where
+    it printed no number)."""
     import pandas as pd
 
     rows = compare(exp) if rows is None else rows
-    table = seed_table(exp, rows)
+    ours, ran = seed_table(exp, rows), seed_table(exp, rows, "run").notna()
     paper = pd.to_numeric(seed_spread(exp, rows)["paper"], errors="coerce")
-    names = table.index.get_level_values("setting").str.rsplit("-", n=1)
-    split = lambda t: t.set_axis(pd.MultiIndex.from_arrays(  # noqa: E731
-        [names.str[0], names.str[1], t.index.get_level_values("column")], names=["setting", "method", "column"]))
-    table, paper = split(table), split(paper)
-    base = table.xs(baseline, level="method")
-    base_paper = paper.xs(baseline, level="method")
-    methods = [m for m in dict.fromkeys(table.index.get_level_values("method")) if m != baseline]
-    per_seed = pd.concat({m: table.xs(m, level="method") - base for m in methods}, names=["method"])
-    return per_seed, pd.concat({m: paper.xs(m, level="method") - base_paper for m in methods}, names=["method"])
+    names = ours.index.get_level_values("setting").str.rsplit("-", n=1)
+    index = pd.MultiIndex.from_arrays([names.str[0], names.str[1], ours.index.get_level_values("column")],
+                                      names=["setting", "method", "column"])
+    ours, ran, paper = (t.set_axis(index) for t in (ours, ran, paper))
+    methods = [m for m in dict.fromkeys(index.get_level_values("method")) if m != baseline]
+
+    def minus_baseline(t, combine):
+        base = t.xs(baseline, level="method")
+        return pd.concat({m: combine(t.xs(m, level="method"), base) for m in methods}, names=["method"])
+
+    return (minus_baseline(ours, lambda a, b: a - b), minus_baseline(ran, lambda a, b: a & b),
+            minus_baseline(paper, lambda a, b: a - b))
 
 
 def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULTS_DIR,

@@ -51,38 +51,45 @@ def test_method_tables_line_methods_up_per_setting_and_subtract_the_baseline():
     assert saved[["paper", "ours"]].isna().to_numpy().tolist() == [[False, True], [True, False]]  # "—", not reached
 
 
-def test_a_seed_study_table_has_a_column_per_seed_and_its_spread_counts_seeds_that_fell_short():
+def test_a_seed_study_table_has_a_column_per_seed_and_its_spread_tells_not_run_from_not_reached():
     exp = experiments.load("mcmahan_seeds_2nn", "smoke")
-    row = lambda setting, seed, paper, ours: {"setting": setting, "seed": seed, "column": "0.97",  # noqa: E731
-                                              "paper": paper, "ours": ours}
+    row = lambda setting, seed, paper, ours, run=True: {  # noqa: E731
+        "setting": setting, "seed": seed, "column": "0.97", "paper": paper, "ours": ours,
+        "run": f"{setting}-seed{seed}" if run else None}
     rows = [row("iid", 0, 87, 30.0), row("iid", 1, 87, 36.0), row("iid", 2, 87, 33.0),
-            row("shards", 0, 664, 150.0), row("shards", 1, 664, None), row("shards", 2, 664, 200.0),
-            row("omitted", None, 5, None)]  # a cell this scale leaves out has no seed
+            row("shards", 0, 664, 150.0), row("shards", 1, 664, None), row("shards", 2, 664, None, run=False),
+            row("omitted", None, 5, None, run=False)]  # a setting this scale leaves out has no seed
     table = scoreboard.seed_table(exp, rows)
-    assert list(table.index) == [("iid", "0.97"), ("shards", "0.97")] and list(table.columns) == [0, 1, 2]
+    assert list(table.index) == [("iid", "0.97"), ("shards", "0.97"), ("omitted", "0.97")]
+    assert list(table.columns) == [0, 1, 2] and table.loc[("omitted", "0.97")].isna().all()
     summary = scoreboard.seed_spread(exp, rows)
     assert summary.loc[("iid", "0.97")].to_dict() == {"paper": 87, "seeds": 3, "with_number": 3, "min": 30.0,
                                                       "median": 33.0, "max": 36.0, "max/min": 1.2}
-    shards = summary.loc[("shards", "0.97")]
-    assert (shards["with_number"], shards["median"], shards["max/min"]) == (2, 175.0, 1.33)
-    # paired differences per seed (e.g. rounds one method saves over another) summarise the same way
+    shards = summary.loc[("shards", "0.97")]  # seed 1 ran and fell short, seed 2 has not run
+    assert (shards["seeds"], shards["with_number"], shards["median"]) == (2, 1, 150.0)
+    assert summary.loc[("omitted", "0.97"), "seeds"] == 0
+    # differences of rows (e.g. rounds one method saves over another) summarise the same way
     saved = scoreboard.spread(table.loc[["shards"]].droplevel(0) - table.loc[["iid"]].droplevel(0))
-    assert saved.loc["0.97", "with_number"] == 2 and saved.loc["0.97", "min"] == 120.0
+    assert saved.loc["0.97", "with_number"] == 1 and saved.loc["0.97", "min"] == 120.0
 
 
 def test_seed_differences_pair_each_method_with_the_baseline_of_the_same_seed():
     exp = experiments.load("fedumf_seeds", "smoke")
-    row = lambda setting, seed, paper, ours: {"setting": setting, "seed": seed, "column": "0.95",  # noqa: E731
-                                              "paper": paper, "ours": ours}
-    rows = [row("lr-fedavg", 0, 15, 40.0), row("lr-fedavg", 1, 15, 50.0),
-            row("lr-fedumf", 0, 10, 30.0), row("lr-fedumf", 1, 10, None)]
-    per_seed, paper = scoreboard.seed_differences(exp, baseline="fedumf", rows=rows)
-    assert per_seed.loc[("fedavg", "lr", "0.95")].tolist()[0] == 10.0  # seed 0: 40 - 30 rounds saved
-    assert per_seed.loc[("fedavg", "lr", "0.95")].isna().tolist() == [False, True]  # seed 1: FedUmf fell short
-    assert paper.loc[("fedavg", "lr", "0.95")] == 5
+    row = lambda setting, seed, paper, ours, run=True: {  # noqa: E731
+        "setting": setting, "seed": seed, "column": "0.95", "paper": paper, "ours": ours,
+        "run": f"{setting}-seed{seed}" if run else None}
+    rows = [row("lr-fedavg", 0, 15, 40.0), row("lr-fedavg", 1, 15, 50.0), row("lr-fedavg", 2, 15, 45.0),
+            row("lr-fedumf", 0, 10, 30.0), row("lr-fedumf", 1, 10, None), row("lr-fedumf", 2, 10, None, run=False)]
+    per_seed, both_ran, paper = scoreboard.seed_differences(exp, baseline="fedumf", rows=rows)
+    key = ("fedavg", "lr", "0.95")
+    assert per_seed.loc[key].tolist()[0] == 10.0  # seed 0: 40 - 30 rounds saved
+    assert per_seed.loc[key].isna().tolist() == [False, True, True]  # seed 1: FedUmf fell short; seed 2: not run
+    assert both_ran.loc[key].tolist() == [True, True, False] and paper.loc[key] == 5
+    summary = scoreboard.spread(per_seed, both_ran).loc[key]
+    assert (summary["seeds"], summary["with_number"]) == (2, 1)
 
 
-def test_seed_spread_plot_draws_every_seed_the_median_and_the_papers_number_and_counts_the_rest():
+def test_seed_spread_plot_draws_every_seed_the_median_and_the_papers_number_and_counts_seeds_short_of_it():
     import matplotlib
     import numpy as np
     import pandas as pd
@@ -90,16 +97,20 @@ def test_seed_spread_plot_draws_every_seed_the_median_and_the_papers_number_and_
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    per_seed = pd.DataFrame({0: [30.0, 150.0], 1: [36.0, np.nan], 2: [33.0, 200.0]}, index=["iid", "shards"])
+    per_seed = pd.DataFrame({0: [30.0, 150.0, np.nan], 1: [36.0, np.nan, np.nan], 2: [33.0, 200.0, np.nan],
+                             3: [np.nan, np.nan, np.nan]}, index=["iid", "shards", "not run"])
+    ran = pd.DataFrame({0: True, 1: True, 2: True, 3: False}, index=per_seed.index)
+    ran.loc["not run"] = False
     fig, ax = plt.subplots()
-    results.plot_seed_spread(ax, per_seed, pd.Series([np.int64(87), "—"], index=per_seed.index), what="rounds",
-                             log=True)
+    results.plot_seed_spread(ax, per_seed, pd.Series([np.int64(87), "—", 5], index=per_seed.index), ran=ran,
+                             what="rounds", log=True)
     points = lambda label: [(x, y) for line in ax.lines if line.get_label() == label  # noqa: E731
                             for x, y in zip(line.get_xdata(), line.get_ydata())]
     assert sorted(y for _, y in points("ours, one seed each")) == [30, 33, 36, 150, 200]
     assert [y for _, y in points("median over seeds")] == [33, 33, 175, 175]
     assert points("paper (one run)") == [(0, 87)]  # numpy's numbers count, the paper's "—" does not
-    assert [t.get_text() for t in ax.texts] == ["1 of 3\nnot reached"] and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.texts] == ["1 of 3\nnot reached"] and ax.get_yscale() == "log"  # seed 3: not run
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["iid", "shards"]  # a row without runs is left out
     plt.close(fig)
 
 
