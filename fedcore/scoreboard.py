@@ -71,6 +71,9 @@ def format_text(exp: experiments.Experiment, rows: list[dict]) -> str:
     for r in rows:
         lines.append(f"{r['cell']:<28}{r['column']:>8}{fmt(r['paper']):>9}{fmt(r['ours']):>9}"
                      f"{fmt(r['diff']):>9}  {r['status']}")
+    if exp.seeds:
+        lines += ["", "over the seeds (seeds: with a run; with_number: of those, with a number):",
+                  seed_spread(exp, rows).to_string()]
     return "\n".join(lines)
 
 

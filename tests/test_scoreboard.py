@@ -125,3 +125,5 @@ def test_a_page_shows_a_seed_study_as_its_spread_over_seeds(monkeypatch):
     tables = [obj for obj in shown if isinstance(obj, pd.DataFrame)]
     assert exp.seeds and tables and all({"paper", "seeds", "with_number", "median"} <= set(t.columns) for t in tables)
     assert tables[0].loc[("iid-B10-C0.1", "0.97"), "seeds"] == len(exp.seeds)
+    text = scoreboard.format_text(exp, scoreboard.compare(exp))  # `fedcore reproduce --scoreboard`
+    assert "iid-B10-C0.1-seed9" in text and "over the seeds" in text and "with_number" in text
