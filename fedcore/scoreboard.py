@@ -139,12 +139,17 @@ def spread(per_seed, ran=None):
     return summary.round(2)
 
 
+def _paper_by_setting(rows: list[dict], index) -> list:
+    """The paper's one number for each (setting, column) of `index` (every seed of a setting has the same)."""
+    paper = {(r["setting"], r["column"]): r["paper"] for r in rows}
+    return [paper.get(key) for key in index]
+
+
 def seed_spread(exp: experiments.Experiment, rows: list[dict] | None = None):
     """spread() of seed_table(exp), with the paper's one number for each setting beside it."""
     rows = compare(exp) if rows is None else rows
     summary = spread(seed_table(exp, rows), seed_table(exp, rows, "run").notna())
-    paper = {(r["setting"], r["column"]): r["paper"] for r in rows}
-    summary.insert(0, "paper", [paper.get(key) for key in summary.index])
+    summary.insert(0, "paper", _paper_by_setting(rows, summary.index))
     return summary
 
 
@@ -158,7 +163,7 @@ def seed_differences(exp: experiments.Experiment, baseline: str = "fedavg", rows
 
     rows = compare(exp) if rows is None else rows
     ours, ran = seed_table(exp, rows), seed_table(exp, rows, "run").notna()
-    paper = pd.to_numeric(seed_spread(exp, rows)["paper"], errors="coerce")
+    paper = pd.to_numeric(pd.Series(_paper_by_setting(rows, ours.index), index=ours.index), errors="coerce")
     names = ours.index.get_level_values("setting").str.rsplit("-", n=1)
     index = pd.MultiIndex.from_arrays([names.str[0], names.str[1], ours.index.get_level_values("column")],
                                       names=["setting", "method", "column"])

@@ -1,5 +1,7 @@
 """The scoreboard: paper vs ours tables from the committed results, and what the book's pages show."""
 
+import functools
+
 from fedcore import experiments, reproduce, results, scoreboard
 
 ALL = experiments.names()
@@ -51,11 +53,15 @@ def test_method_tables_line_methods_up_per_setting_and_subtract_the_baseline():
     assert saved[["paper", "ours"]].isna().to_numpy().tolist() == [[False, True], [True, False]]  # "—", not reached
 
 
+def _seed_row(setting, seed, paper, ours, run=True, *, column):
+    """A scoreboard row of a seed study (compare's fields that the seed tables read)."""
+    return {"setting": setting, "seed": seed, "column": column, "paper": paper, "ours": ours,
+            "run": f"{setting}-seed{seed}" if run else None}
+
+
 def test_a_seed_study_table_has_a_column_per_seed_and_its_spread_tells_not_run_from_not_reached():
     exp = experiments.load("mcmahan_seeds_2nn", "smoke")
-    row = lambda setting, seed, paper, ours, run=True: {  # noqa: E731
-        "setting": setting, "seed": seed, "column": "0.97", "paper": paper, "ours": ours,
-        "run": f"{setting}-seed{seed}" if run else None}
+    row = functools.partial(_seed_row, column="0.97")
     rows = [row("iid", 0, 87, 30.0), row("iid", 1, 87, 36.0), row("iid", 2, 87, 33.0),
             row("shards", 0, 664, 150.0), row("shards", 1, 664, None), row("shards", 2, 664, None, run=False),
             row("omitted", None, 5, None, run=False)]  # a setting this scale leaves out has no seed
@@ -75,9 +81,7 @@ def test_a_seed_study_table_has_a_column_per_seed_and_its_spread_tells_not_run_f
 
 def test_seed_differences_pair_each_method_with_the_baseline_of_the_same_seed():
     exp = experiments.load("fedumf_seeds", "smoke")
-    row = lambda setting, seed, paper, ours, run=True: {  # noqa: E731
-        "setting": setting, "seed": seed, "column": "0.95", "paper": paper, "ours": ours,
-        "run": f"{setting}-seed{seed}" if run else None}
+    row = functools.partial(_seed_row, column="0.95")
     rows = [row("lr-fedavg", 0, 15, 40.0), row("lr-fedavg", 1, 15, 50.0), row("lr-fedavg", 2, 15, 45.0),
             row("lr-fedumf", 0, 10, 30.0), row("lr-fedumf", 1, 10, None), row("lr-fedumf", 2, 10, None, run=False)]
     per_seed, both_ran, paper = scoreboard.seed_differences(exp, baseline="fedumf", rows=rows)
