@@ -23,6 +23,7 @@ STATS = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
 DATASET_NAMES = tuple(STATS)
+TRAIN_SIZES = {"mnist": 60_000, "fashion_mnist": 60_000, "cifar10": 50_000}  # n, known before loading
 INPUT_SCALINGS = ("standardized", "unit")
 
 _EXPECTED_FILES = {

@@ -10,6 +10,7 @@ An experiment file holds
                       reduced, optionally `cells = [...]` (run only these) and `lr_grid = [...]`
     [[cells]]         name + RunConfig overrides (+ optional lr_grid = [...]); they win over the scale
     [choices]         settings the paper leaves open: value and reason, written beside the config
+    [layout]          optional: the table as the paper prints it (McMahan's Tables 1, 2 and 4), see Layout
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Where each cell sits in the paper's printed table, and which row its speedup is measured against.
+
+    McMahan et al. print rounds-to-target as a grid (Table 1: rows C, columns split and B; Tables 2 and 4:
+    rows E and B, columns split), each entry with its speedup over the baseline row of the same column.
+    """
+
+    rows: tuple[str, ...]  # RunConfig fields that name a row, e.g. ("local_epochs", "batch_size")
+    columns: tuple[str, ...]  # RunConfig fields that name a column, e.g. ("partition",)
+    baseline: dict  # the baseline row's values, e.g. {"local_epochs": 1, "batch_size": 0}: FedSGD
+    configs: dict  # every [[cells]] entry (those this scale leaves out too) -> its RunConfig at this scale
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     title: str
@@ -59,6 +74,7 @@ class Experiment:
     omitted: tuple[str, ...] = ()  # the paper's cells this scale does not run (its note says why)
     published_wall_time: str = ""  # the paper's own compute time for a run, where it reports one
     seeds: tuple[int, ...] = ()  # a seed study's seeds (each [[cells]] entry runs once per seed); () otherwise
+    layout: Layout | None = None  # the paper's printed layout of the table, where the file gives one
 
     @property
     def columns(self) -> list[str]:
@@ -111,14 +127,16 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
         raise ConfigError(f"{path}: seeds must be a non-empty list of integers; got {seeds!r}")
     table = published(directory).get(doc.get("published", name), {})
     paper_cells = dict(table.get("cells", {}))
-    cells, omitted = [], []
+    cells, omitted, configs = [], [], {}
     for entry in doc["cells"]:
         entry = dict(entry)
         cell_name, lr_grid = entry.pop("name"), tuple(entry.pop("lr_grid", ()))
+        values = {**doc.get("base", {}), **scale_doc, **entry}  # a cell's own settings define it at every scale
+        if "layout" in doc:
+            configs[cell_name] = C.from_mapping(values, f"{path} cell {cell_name}")
         if only is not None and cell_name not in only:
             omitted.append(cell_name)
             continue
-        values = {**doc.get("base", {}), **scale_doc, **entry}  # a cell's own settings define it at every scale
         grid = tuple(lr_grid if scale_lr_grid is None else scale_lr_grid)
         if seeds is None:
             cells.append(Cell(name, cell_name, C.from_mapping(values, f"{path} cell {cell_name}"), grid, cell_name))
@@ -134,4 +152,27 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
     return Experiment(name, doc["title"], doc["reference"], doc["metric"], doc.get("rule", ""),
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
                       paper_cells, bool(doc.get("final_acc_column", False)), tuple(omitted),
-                      table.get("wall_time", ""), tuple(seeds or ()))
+                      table.get("wall_time", ""), tuple(seeds or ()),
+                      _layout(doc["layout"], configs, path) if "layout" in doc else None)
+
+
+def _layout(doc: dict, configs: dict, path: Path) -> Layout:
+    """The [layout] table, checked: known fields, a baseline on the row fields, one cell per place."""
+    fields = set(C.field_names())
+    rows, columns, baseline = doc.get("rows"), doc.get("columns"), doc.get("baseline")
+    for key, value in (("rows", rows), ("columns", columns)):
+        if not isinstance(value, list) or not value or not set(value) <= fields:
+            raise ConfigError(f"{path}: layout.{key} must be a non-empty list of run settings "
+                              f"({', '.join(sorted(fields))}); got {value!r}")
+    if not isinstance(baseline, dict) or set(baseline) != set(rows):
+        raise ConfigError(f"{path}: layout.baseline must give a value for each of layout.rows "
+                          f"({', '.join(rows)}); got {baseline!r}")
+    baseline = C.from_mapping(baseline, f"{path} layout.baseline")  # parses "inf" as a batch size, as cells do
+    places = {}
+    for cell, cfg in configs.items():
+        place = tuple(getattr(cfg, f) for f in rows + columns)
+        if place in places:
+            raise ConfigError(f"{path}: cells {places[place]} and {cell} have the same layout.rows and "
+                              f"layout.columns values {place}; each cell needs a place of its own")
+        places[place] = cell
+    return Layout(tuple(rows), tuple(columns), {f: getattr(baseline, f) for f in rows}, configs)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcore import experiments, reproduce, results
+from fedcore import data, experiments, reproduce, results
+from fedcore.errors import ConfigError
 
 
 def _cell_value(exp: experiments.Experiment, doc: dict, key: str):
@@ -74,6 +75,9 @@ def format_text(exp: experiments.Experiment, rows: list[dict]) -> str:
     if exp.seeds:
         lines += ["", "over the seeds (seeds: with a run; with_number: of those, with a number):",
                   seed_spread(exp, rows).to_string()]
+    if exp.layout:
+        lines += ["", "as the paper prints it: rounds (speedup over the baseline row of the column):",
+                  speedup_table(exp, rows).to_string()]
     return "\n".join(lines)
 
 
@@ -109,6 +113,123 @@ def differences(exp: experiments.Experiment, baseline: str = "fedavg", rows: lis
     methods = [m for m in table["ours"].columns if m != baseline]
     return pd.concat({m: table.xs(m, axis=1, level=1) - table.xs(baseline, axis=1, level=1) for m in methods},
                      axis=1)
+
+
+LAYOUT_SYMBOLS = {"fraction": "C", "local_epochs": "E", "batch_size": "B", "partition": "split"}
+_SPEEDUP_VALUES = ["paper", "paper speedup", "ours", "ours speedup"]
+
+
+def _layout_frame(exp: experiments.Experiment, rows: list[dict] | None):
+    """One row per cell of a table with a [layout]: its place (the layout's fields), paper and ours (rounds to
+    the first target, NaN without a number), the speedup of each over the baseline row of its column, the
+    paper's printed value and our status."""
+    import pandas as pd
+
+    layout = exp.layout
+    if layout is None:
+        raise ConfigError(f"{exp.name}: its experiment file has no [layout] (the paper's printed grid)")
+    rows = compare(exp) if rows is None else rows
+    key = exp.columns[0]
+    found = {r["setting"]: r for r in rows if r["column"] == key}
+    places = list(layout.rows + layout.columns)
+    records = []
+    for cell, cfg in layout.configs.items():
+        r = found.get(cell, {})
+        records.append({**{f: getattr(cfg, f) for f in places}, "printed": r.get("paper"), "ours": r.get("ours"),
+                        "status": r.get("status", "not run")})
+    table = pd.DataFrame(records)
+    table["paper"] = pd.to_numeric(table["printed"], errors="coerce")  # the paper's "—": no number
+    table["ours"] = pd.to_numeric(table["ours"], errors="coerce")
+    is_base = pd.concat([table[f] == v for f, v in layout.baseline.items()], axis=1).all(axis=1)
+    base = table[is_base].set_index(list(layout.columns))[["paper", "ours"]].add_suffix("_base")
+    with_base = table.join(base, on=list(layout.columns))
+    for who in ("paper", "ours"):  # speedup = baseline rounds / rounds (facts sec. 1.5); none on the baseline row
+        table[f"{who} speedup"] = (with_base[f"{who}_base"] / with_base[who]).where(~is_base)
+    if {"local_epochs", "batch_size"} <= set(layout.rows):  # u = E n / (K B), the expected local updates per round
+        per_client = [(cfg.train_subset or data.TRAIN_SIZES[cfg.dataset]) / cfg.clients
+                      for cfg in layout.configs.values()]
+        table["u"] = [_plain(e if b == 0 else round(e * n / b, 1))
+                      for e, b, n in zip(table["local_epochs"], table["batch_size"], per_client)]
+    table["batch_size"] = [_setting("batch_size", b) for b in table["batch_size"]]
+    return table
+
+
+def _setting(field: str, value):
+    """A setting as the papers print it: B = 0 (the whole local dataset) is B = ∞."""
+    return "∞" if field == "batch_size" and value == 0 else value
+
+
+def _plain(value: float):
+    return int(value) if value == int(value) else value
+
+
+def _pivot(exp: experiments.Experiment, table, values: list[str]):
+    """The long table as the paper's grid, rows and columns in the experiment's order."""
+    layout = exp.layout
+    index = list(layout.rows) + (["u"] if "u" in table else [])
+    columns = list(layout.columns)
+    wide = table.pivot(index=index, columns=columns, values=values)
+    wide = wide.reorder_levels([*range(1, len(columns) + 1), 0], axis=1)
+    order_rows = list(dict.fromkeys(map(tuple, table[index].to_numpy().tolist())))
+    order_cols = [(*c, v) for c in dict.fromkeys(map(tuple, table[columns].to_numpy().tolist())) for v in values]
+    wide = wide.reindex(index=order_rows if len(index) > 1 else [r[0] for r in order_rows],
+                        columns=order_cols)
+    wide.index.names = [LAYOUT_SYMBOLS.get(f, f) for f in index]
+    wide.columns.names = [LAYOUT_SYMBOLS.get(f, f) for f in columns] + [None]
+    return wide
+
+
+def speedups(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """A rounds-to-target table (one with a [layout]) in the paper's printed grid: per column, paper and ours,
+    the rounds to the first target and the speedup over the baseline row of that column (McMahan et al.:
+    over C = 0 in Table 1, over FedSGD in Tables 2 and 4); NaN where there is no number. Rows of E and B
+    also carry u = E n / (K B), by which the paper orders them."""
+    return _pivot(exp, _layout_frame(exp, rows), _SPEEDUP_VALUES).apply(lambda c: c.astype(float))
+
+
+def _rounds(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 or value == int(value) else f"{value:.1f}"
+
+
+def speedup_table(exp: experiments.Experiment, rows: list[dict] | None = None):
+    """speedups() printed as the paper prints it, "rounds (speedup×)", paper beside ours in every column. The
+    paper's "—" (not reached) stays "—"; ours without a number says why: "not reached" (within our round
+    limit), "not run" or "not in this scale"; "*" marks the best of a partly run learning-rate grid."""
+    table = _layout_frame(exp, rows)
+
+    def entry(rounds, speedup) -> str:
+        return _rounds(rounds) + (f" ({speedup:.1f}×)" if speedup == speedup else "")  # NaN != NaN
+
+    def paper(r) -> str:
+        if r["paper"] == r["paper"]:
+            return entry(r["paper"], r["paper speedup"])
+        return r["printed"] if isinstance(r["printed"], str) else ""  # the paper's "—", or no value at all
+
+    def ours(r) -> str:
+        partial = " *" if r["status"].startswith("partial") else ""
+        if r["ours"] == r["ours"]:
+            return entry(r["ours"], r["ours speedup"]) + partial
+        if r["status"].startswith(("done", "partial")):
+            return "not reached" + partial
+        return "not in this scale" if r["status"].startswith("not in the") else "not run"
+
+    table["paper"], table["ours"] = table.apply(paper, axis=1), table.apply(ours, axis=1)
+    return _pivot(exp, table, ["paper", "ours"])
+
+
+def show_speedups(name: str, scale: str) -> None:
+    """For notebooks: speedup_table of experiment `name` at `scale`, then at paper scale once any of its
+    paper-scale runs are committed (as `show` does for the per-cell tables)."""
+    from IPython.display import Markdown, display
+
+    for s in scales_to_show([name], scale):
+        exp = experiments.load(name, s)
+        baseline = ", ".join(f"{LAYOUT_SYMBOLS.get(f, f)} = {_setting(f, v)}" for f, v in exp.layout.baseline.items())
+        display(Markdown(f"**{exp.reference} as the paper prints it, {s} scale:** rounds to "
+                         f"{float(exp.columns[0]):.0%} (speedup over {baseline} in the same column)  \n"
+                         f"<small>* the best of a partly run learning-rate grid; \"not reached\": not within "
+                         f"our round limit; the paper's \"—\": not within its own</small>"))
+        display(speedup_table(exp))
 
 
 def seed_table(exp: experiments.Experiment, rows: list[dict] | None = None, values: str = "ours"):

@@ -2,7 +2,10 @@
 
 import functools
 
+import pytest
+
 from fedcore import experiments, reproduce, results, scoreboard
+from fedcore.errors import ConfigError
 
 ALL = experiments.names()
 
@@ -131,3 +134,84 @@ def test_a_page_shows_a_seed_study_as_its_spread_over_seeds(monkeypatch):
     assert tables[0].loc[("iid-B10-C0.1", "0.97"), "seeds"] == len(exp.seeds)
     text = scoreboard.format_text(exp, scoreboard.compare(exp))  # `fedcore reproduce --scoreboard`
     assert "iid-B10-C0.1-seed9" in text and "over the seeds" in text and "with_number" in text
+
+
+# McMahan et al.'s printed speedups (shared/papers/mcmahan_fedavg_facts.md sec. 2), each baseline / entry
+# rounded to one decimal: the layouts must place every cell and pick every baseline as the paper did.
+PRINTED_SPEEDUPS = {
+    "mcmahan_table1_2nn": {("iid", "∞"): [1.0, 0.9], ("iid", 10): [3.6, 4.1, 4.2, 4.5],
+                           ("shards", "∞"): [2.4, 2.8], ("shards", 10): [4.9, 5.3, 7.4, 8.6]},
+    "mcmahan_table1_cnn": {("iid", "∞"): [1.1, 1.1, 2.4, 1.6], ("iid", 10): [2.8, 2.8, 2.8, 3.1],
+                           ("shards", "∞"): [1.1, 1.2, 1.1], ("shards", 10): [4.6, 4.8, 3.7, 9.9]},
+    "mcmahan_table2_cnn": {("iid",): [3.5, 9.6, 2.7, 18.4, 21.6, 19.6, 31.3, 34.8],
+                           ("shards",): [0.5, 0.8, 0.7, 1.4, 1.4, 1.1, 2.1, 2.8]},
+    "mcmahan_table4_2nn": {("iid",): [9.4, 10.2, 16.0, 16.0, 32.6, 37.6, 43.2, 45.9],
+                           ("shards",): [1.7, 1.5, 1.9, 2.2, 2.1, 2.2, 3.7, 2.5]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRINTED_SPEEDUPS))
+def test_the_papers_layout_reproduces_every_printed_speedup_from_the_published_rounds(name):
+    table = scoreboard.speedups(experiments.load(name, "paper"))
+    for column, printed in PRINTED_SPEEDUPS[name].items():
+        speedups = table[(*column, "paper speedup")].dropna().round(1).tolist()
+        assert speedups == printed, column
+    if name.startswith(("mcmahan_table2", "mcmahan_table4")):  # rows by u = E n / (K B), as printed
+        u = table.index.get_level_values("u").tolist()
+        assert u == ([1, 5, 12, 20, 60, 60, 240, 300, 1200] if "cnn" in name
+                     else [1, 10, 12, 20, 60, 120, 240, 600, 1200])
+
+
+def test_our_speedups_use_our_own_baseline_and_entries_without_a_number_say_why():
+    exp = experiments.load("mcmahan_table4_2nn", "smoke")  # two cells run at smoke scale, the rest left out
+    ran = {"iid-fedsgd-E1-Binf": (300.0, "done"),
+           "iid-fedavg-E10-B10": (12.5, "partial: 4 of 5 learning rates"),  # not run at smoke scale: a stand-in
+           "shards-fedavg-E10-B10": (None, "partial: 2 of 5 learning rates: not reached in 2 rounds")}
+    rows = [r for r in scoreboard.compare(exp) if r["cell"] not in ran]
+    rows += [{"cell": cell, "setting": cell, "column": "0.97", "paper": exp.published[cell]["0.97"], "ours": ours,
+              "diff": None, "status": status} for cell, (ours, status) in ran.items()]
+    numbers = scoreboard.speedups(exp, rows)
+    assert numbers.loc[(10, 10, 100), ("iid", "ours speedup")] == 24.0  # 300 / 12.5, against our FedSGD
+    assert numbers[("iid", "ours speedup")].notna().sum() == 1  # none on the baseline row itself
+    printed = scoreboard.speedup_table(exp, rows)
+    assert printed.loc[(10, 10, 100), ("iid", "ours")] == "12.5 (24.0×) *"  # best of a partial grid
+    assert printed.loc[(1, "∞", 1), ("iid", "ours")] == "300"
+    assert printed.loc[(10, 10, 100), ("shards", "ours")] == "not reached *"
+    assert printed.loc[(1, 50, 2), ("shards", "ours")] == "not in this scale"
+    assert printed.loc[(10, 10, 100), ("iid", "paper")] == "34 (43.2×)"
+    text = scoreboard.format_text(exp, rows)  # `fedcore reproduce --scoreboard`
+    assert "as the paper prints it" in text and "34 (43.2×)" in text
+
+
+def test_a_layout_that_misnames_a_setting_or_puts_two_cells_in_one_place_is_a_clear_error(tmp_path):
+    d = tmp_path / "experiments"
+    d.mkdir()
+    (d / "published.toml").write_text("")
+    base = ('title = "t"\nreference = "r"\nmetric = "rounds_to_target"\ntargets = [0.9]\n'
+            '[[cells]]\nname = "a"\nfraction = 0.0\n[[cells]]\nname = "b"\nfraction = 0.1\n')
+    for layout, message in [('rows = ["clients_fraction"]\ncolumns = ["partition"]\nbaseline = {}', "layout.rows"),
+                            ('rows = ["fraction"]\ncolumns = ["partition"]\nbaseline = { lr = 1 }',
+                             "layout.baseline"),
+                            ('rows = ["partition"]\ncolumns = ["lr"]\nbaseline = { partition = "iid" }',
+                             "cells a and b")]:  # both cells: iid, lr 0.1
+        (d / "t.toml").write_text(base + "[layout]\n" + layout + "\n")
+        with pytest.raises(ConfigError, match=message) as err:
+            experiments.load("t", "paper", d)
+        assert "t.toml" in str(err.value)
+    (d / "t.toml").write_text(base + '[layout]\nrows = ["fraction"]\ncolumns = ["partition"]\n'
+                              'baseline = { fraction = 0.0 }\n')
+    assert set(experiments.load("t", "paper", d).layout.configs) == {"a", "b"}
+
+
+def test_a_page_shows_the_papers_layout_at_its_scale_and_at_paper_scale(monkeypatch):
+    import IPython.display
+    import pandas as pd
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    scoreboard.show_speedups("mcmahan_table1_2nn", "cpu")
+    captions = [obj.data for obj in shown if isinstance(obj, IPython.display.Markdown)]
+    assert [c.split("it, ")[1].split(" scale")[0] for c in captions] == ["cpu", "paper"]
+    assert "speedup over C = 0.0" in captions[0]
+    tables = [obj for obj in shown if not isinstance(obj, IPython.display.Markdown)]
+    assert len(tables) == 2 and all(isinstance(t, pd.DataFrame) and t.shape == (5, 8) for t in tables)  # C x (split, B)
