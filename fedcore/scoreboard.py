@@ -343,9 +343,15 @@ def scales_to_show(names, scale: str) -> list[str]:
     return [scale] + (["paper"] if scale != "paper" and committed else [])
 
 
+def for_display(table):
+    """A table as a page shows it: where a value is missing (the paper printed none; ours has none, and the
+    status column says why) the cell is blank, instead of pandas' None or NaN, which read like a bug."""
+    return table.astype(object).where(table.notna(), "")
+
+
 def page_table(exp: experiments.Experiment):
     """What a page shows of an experiment: the paper-vs-ours frame; for a seed study, its seed_spread."""
-    return seed_spread(exp) if exp.seeds else frame(exp)
+    return seed_spread(exp) if exp.seeds else for_display(frame(exp))
 
 
 def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"):

@@ -215,3 +215,11 @@ def test_a_page_shows_the_papers_layout_at_its_scale_and_at_paper_scale(monkeypa
     assert "speedup over C = 0.0" in captions[0]
     tables = [obj for obj in shown if not isinstance(obj, IPython.display.Markdown)]
     assert len(tables) == 2 and all(isinstance(t, pd.DataFrame) and t.shape == (5, 8) for t in tables)  # C x (split, B)
+
+
+def test_a_page_leaves_missing_numbers_blank_and_keeps_the_reason_in_the_status():
+    exp = experiments.load("mcmahan_table1_2nn", "cpu")  # FedSGD cells: not reached in the cpu scale's rounds
+    table = scoreboard.page_table(exp)
+    missing = table[table["status"].str.contains("not reached")]
+    assert len(missing) and (missing[["ours", "diff"]] == "").all().all()
+    assert (table.loc[table["status"] == "done", "ours"] != "").all()
