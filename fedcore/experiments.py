@@ -153,13 +153,17 @@ def load(name: str, scale: str, directory: Path = EXPERIMENTS_DIR, *, all_cells:
                       tuple(doc.get("targets", ())), scale, note, tuple(cells), doc.get("choices", {}),
                       paper_cells, bool(doc.get("final_acc_column", False)), tuple(omitted),
                       table.get("wall_time", ""), tuple(seeds or ()),
-                      _layout(doc["layout"], configs, path) if "layout" in doc else None)
+                      _layout(doc, configs, path) if "layout" in doc else None)
 
 
 def _layout(doc: dict, configs: dict, path: Path) -> Layout:
-    """The [layout] table, checked: known fields, a baseline on the row fields, one cell per place."""
+    """The [layout] table, checked: a table of rounds, known fields, a baseline on the row fields, one cell
+    per place."""
+    if doc["metric"] != "rounds_to_target":
+        raise ConfigError(f"{path}: a [layout] prints rounds with speedups, so it needs metric = "
+                          f"\"rounds_to_target\"; got {doc['metric']!r}")
     fields = set(C.field_names())
-    rows, columns, baseline = doc.get("rows"), doc.get("columns"), doc.get("baseline")
+    rows, columns, baseline = (doc["layout"].get(key) for key in ("rows", "columns", "baseline"))
     for key, value in (("rows", rows), ("columns", columns)):
         if not isinstance(value, list) or not value or not set(value) <= fields:
             raise ConfigError(f"{path}: layout.{key} must be a non-empty list of run settings "

@@ -198,8 +198,11 @@ def test_a_layout_that_misnames_a_setting_or_puts_two_cells_in_one_place_is_a_cl
         with pytest.raises(ConfigError, match=message) as err:
             experiments.load("t", "paper", d)
         assert "t.toml" in str(err.value)
-    (d / "t.toml").write_text(base + '[layout]\nrows = ["fraction"]\ncolumns = ["partition"]\n'
-                              'baseline = { fraction = 0.0 }\n')
+    layout = '[layout]\nrows = ["fraction"]\ncolumns = ["partition"]\nbaseline = { fraction = 0.0 }\n'
+    (d / "t.toml").write_text(base.replace("rounds_to_target", "final_acc") + layout)
+    with pytest.raises(ConfigError, match="t.toml: a .layout. prints rounds"):
+        experiments.load("t", "paper", d)
+    (d / "t.toml").write_text(base + layout)
     assert set(experiments.load("t", "paper", d).layout.configs) == {"a", "b"}
 
 
