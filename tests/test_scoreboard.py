@@ -4,7 +4,7 @@ import functools
 
 import pytest
 
-from fedcore import experiments, reproduce, results, scoreboard
+from fedcore import data, experiments, reproduce, results, scoreboard
 from fedcore.errors import ConfigError
 
 ALL = experiments.names()
@@ -226,3 +226,11 @@ def test_a_page_leaves_missing_numbers_blank_and_keeps_the_reason_in_the_status(
     missing = table[table["status"].str.contains("not reached")]
     assert len(missing) and (missing[["ours", "diff"]] == "").all().all()
     assert (table.loc[table["status"] == "done", "ours"] != "").all()
+
+
+def test_the_training_set_sizes_behind_u_are_the_datasets_own():
+    offline = [name for name in data.TRAIN_SIZES if data.available(name)]
+    if not offline:
+        pytest.skip("no dataset under the data root")
+    for name in offline:
+        assert len(data.load(name).train_y) == data.TRAIN_SIZES[name], name
