@@ -349,6 +349,13 @@ def for_display(table):
     return table.astype(object).where(table.notna(), "")
 
 
+def figure_runs(name: str, scale: str, page_runs: dict[str, dict]) -> tuple[str, dict[str, dict]]:
+    """What a page's figure of experiment `name` draws: its paper-scale runs once any are committed, else the
+    page's own (`page_runs`, already loaded at `scale`). Returns (that scale, its runs)."""
+    fig_scale = scales_to_show([name], scale)[-1]
+    return fig_scale, (page_runs if fig_scale == scale else reproduce.load_runs(name, fig_scale))
+
+
 def page_table(exp: experiments.Experiment):
     """What a page shows of an experiment: the paper-vs-ours frame; for a seed study, its seed_spread."""
     return seed_spread(exp) if exp.seeds else for_display(frame(exp))
