@@ -8,7 +8,7 @@ on an accelerator). Timings are wall-clock, best of `repeats`, after one warm-up
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +127,68 @@ def profile(device: torch.device, only: list[str] | None = None, rows: int = 25)
                 torch.cuda.synchronize()
         print(f"\n== {case.name}, {clients} clients, one local epoch ==")
         print(prof.key_averages().table(sort_by=sort_by, row_limit=rows))
+
+
+# Global switches the engine could adopt, timed against its defaults before any is adopted (issue 7: "when
+# the numbers say they help"). Convolutions already use TF32 by default (torch.backends.cudnn.allow_tf32);
+# bf16 autocast changes the numerics, so adopting it needs an accuracy check on a paper cell as well.
+SWITCHES = ("cudnn_benchmark", "tf32_matmul", "bf16_autocast")
+
+
+@contextlib.contextmanager
+def switch(name: str, device: torch.device):
+    """Turn one of SWITCHES on for the duration of the block."""
+    if name == "bf16_autocast":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+        return
+    if name == "cudnn_benchmark":
+        old, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, True
+        restore = lambda: setattr(torch.backends.cudnn, "benchmark", old)  # noqa: E731
+    elif name == "tf32_matmul":
+        old = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high")
+        restore = lambda: torch.set_float32_matmul_precision(old)  # noqa: E731
+    else:
+        raise ValueError(f"unknown switch {name!r}; known: {', '.join(SWITCHES)}")
+    try:
+        yield
+    finally:
+        restore()
+
+
+def run_switches(case: Case, device: torch.device, repeats: int) -> dict:
+    """The engine's client-samples/s on `case` with its defaults, and its speed with each switch on as a
+    ratio to that (> 1: the switch helps). Each switch's first call, cuDNN's autotuning included, is the
+    untimed warm-up."""
+    vectorized, _, clients, _, batching = _cohort(case, device)
+    base = _best_time(vectorized, repeats, device)
+    row = {"case": case.name, "clients": clients, "batch_size": case.batch_size, "batching": batching,
+           "default_samples_per_s": clients * case.examples_per_client * case.epochs / base}
+    for name in SWITCHES:
+        with switch(name, device):
+            row[name] = base / _best_time(vectorized, repeats, device)
+    return row
+
+
+def switch_speedups(device: str = "auto", repeats: int = 3, only: list[str] | None = None,
+                    out: Path | None = None) -> list:
+    """`fedcore bench --switches`: run_switches for every case, printed as a table."""
+    dev = resolve_device(device)
+    env = results.env_info(dev)
+    print(f"engine under global switches on {env['device_name']} ({dev}), torch {env['torch_version']}, "
+          f"commit {env['git_commit']}; speed relative to the defaults")
+    print(f"{'case':<22}{'clients':>8}{'default/s':>12}" + "".join(f"{n:>17}" for n in SWITCHES))
+    rows = []
+    for case in _cases(dev, only):
+        row = run_switches(case, dev, repeats)
+        rows.append(row)
+        print(f"{row['case']:<22}{row['clients']:>8}{row['default_samples_per_s']:>12,.0f}"
+              + "".join(f"{row[n]:>16.2f}x" for n in SWITCHES) + f"  ({row['batching']})", flush=True)
+    if out:
+        results.write_json_atomic(Path(out), {"env": env, "repeats": repeats, "switches": rows})
+        print(f"written to {out}")
+    return rows
 
 
 def main(device: str = "auto", repeats: int = 3, only: list[str] | None = None, out: Path | None = None) -> list:

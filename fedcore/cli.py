@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     bench.add_argument("--profile", action="store_true",
                        help="print torch.profiler's top operators for one vectorized cohort per case instead")
+    bench.add_argument("--switches", action="store_true",
+                       help="instead, time the engine with each global switch on (cuDNN autotuning, TF32 "
+                            "matmuls, bf16 autocast) against its defaults")
     return parser
 
 
@@ -157,6 +160,8 @@ def _main(args: argparse.Namespace) -> int:
 
             if args.profile:
                 bench.profile(bench.resolve_device(args.device), args.only)
+            elif args.switches:
+                bench.switch_speedups(device=args.device, repeats=args.repeats, only=args.only, out=args.out)
             else:
                 bench.main(device=args.device, repeats=args.repeats, only=args.only, out=args.out)
     except ConfigError as exc:

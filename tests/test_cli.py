@@ -1,5 +1,6 @@
 """Bad input exits non-zero with one clear line naming the flag or file; good input runs."""
 
+import json
 import subprocess
 import sys
 
@@ -116,3 +117,13 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_finishes_the_same_run(tmp_path, s
     subprocess.run([*args, "--out", str(tmp_path / "full.json")], check=True, capture_output=True)
     strip = lambda p: [{k: v for k, v in r.items() if k != "wall_s"} for r in json.loads(p.read_text())["rounds"]]  # noqa: E731
     assert strip(out) == strip(tmp_path / "full.json")
+
+
+def test_bench_switches_writes_a_row_per_case(tmp_path, capsys, monkeypatch):
+    from fedcore import bench
+
+    monkeypatch.setattr(bench, "CASES", (bench.Case("tiny 2nn", "mcmahan_2nn", 2, 10, examples_per_client=20),))
+    assert main(["bench", "--switches", "--repeats", "1", "--out", str(tmp_path / "s.json")]) == 0
+    assert "tiny 2nn" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert [r["case"] for r in doc["switches"]] == ["tiny 2nn"] and doc["env"]["device"] == "cpu"
