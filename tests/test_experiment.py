@@ -56,6 +56,23 @@ def test_unit_inputs_feed_the_network_pixels_in_0_1_and_change_the_run(tmp_path)
     assert _numbers(_run(tmp_path, "unit.json", inputs="unit")) != _numbers(_run(tmp_path, "std.json"))
 
 
+def test_fedsgd_with_every_client_is_full_batch_gradient_descent_whatever_the_split(tmp_path):
+    # With C = 1, B = inf, E = 1 and weights n_k/n, sum_k (n_k/n) grad F_k(w) is the gradient over all the
+    # data: the split cannot matter (McMahan Table 1's C = 1.0 FedSGD cells, IID and non-IID, must agree).
+    fedsgd = dict(fraction=1.0, batch_size=0, local_epochs=1, weighting="samples", rounds=2, eval_every=1,
+                  clients=5, train_subset=1000, test_subset=200)
+    runs = {"iid": dict(partition="iid"), "shards": dict(partition="shards"),
+            "power_law": dict(partition="power_law", classes_per_client=2),
+            # the control: unequal parts weighted equally is another algorithm, and the test must see it
+            "power_law, uniform": dict(partition="power_law", classes_per_client=2, weighting="uniform")}
+    losses = {name: [r["test_loss"] for r in _run(tmp_path, f"{i}.json", **{**fedsgd, **cfg})["rounds"]]
+              for i, (name, cfg) in enumerate(runs.items())}
+    gap = {name: max(abs(a - b) for a, b in zip(losses[name], losses["iid"])) for name in losses}
+    assert losses["iid"][-1] < losses["iid"][0]  # it did learn
+    assert gap["shards"] <= 1e-6 and gap["power_law"] <= 1e-6, gap
+    assert gap["power_law, uniform"] > 100 * 1e-6, gap
+
+
 def test_evaluation_every_k_rounds_and_at_the_end(tmp_path):
     doc = _run(tmp_path, rounds=5, eval_every=2)
     assert [r["round"] for r in doc["rounds"] if r["test_acc"] is not None] == [0, 2, 4, 5]
