@@ -131,30 +131,27 @@ def profile(device: torch.device, only: list[str] | None = None, rows: int = 25)
 
 # Global switches the engine could adopt, timed against its defaults before any is adopted (issue 7: "when
 # the numbers say they help"). Convolutions already use TF32 by default (torch.backends.cudnn.allow_tf32);
-# bf16 autocast changes the numerics, so adopting it needs an accuracy check on a paper cell as well.
+# bf16 autocast changes the numerics, so adopting it needs an accuracy check on a paper cell as well; and
+# cuDNN autotunes each new input shape once, which a paper run with unequal clients meets more often than
+# the benchmark's one warm-up shows.
 SWITCHES = ("cudnn_benchmark", "tf32_matmul", "bf16_autocast")
 
 
 @contextlib.contextmanager
 def switch(name: str, device: torch.device):
-    """Turn one of SWITCHES on for the duration of the block."""
-    if name == "bf16_autocast":
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            yield
-        return
-    if name == "cudnn_benchmark":
-        old, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, True
-        restore = lambda: setattr(torch.backends.cudnn, "benchmark", old)  # noqa: E731
-    elif name == "tf32_matmul":
-        old = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("high")
-        restore = lambda: torch.set_float32_matmul_precision(old)  # noqa: E731
-    else:
+    """Turn one of SWITCHES on for the duration of the block; the defaults come back after it."""
+    if name not in SWITCHES:
         raise ValueError(f"unknown switch {name!r}; known: {', '.join(SWITCHES)}")
+    benchmark, precision = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
     try:
-        yield
+        torch.backends.cudnn.benchmark = benchmark or name == "cudnn_benchmark"
+        if name == "tf32_matmul":
+            torch.set_float32_matmul_precision("high")
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=name == "bf16_autocast"):
+            yield
     finally:
-        restore()
+        torch.backends.cudnn.benchmark = benchmark
+        torch.set_float32_matmul_precision(precision)
 
 
 def run_switches(case: Case, device: torch.device, repeats: int) -> dict:

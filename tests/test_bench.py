@@ -39,6 +39,16 @@ def test_bf16_autocast_trains_both_batchings_and_keeps_float32_weights():
         assert torch.isfinite(out.train_loss).all()
 
 
+def test_each_switch_is_on_inside_its_block():
+    cpu = torch.device("cpu")
+    with bench.switch("cudnn_benchmark", cpu):
+        assert torch.backends.cudnn.benchmark
+    with bench.switch("tf32_matmul", cpu):
+        assert torch.get_float32_matmul_precision() == "high"
+    with bench.switch("bf16_autocast", cpu):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
 def test_an_unknown_switch_is_named():
     with pytest.raises(ValueError, match="unknown switch 'fp8'"):
         with bench.switch("fp8", torch.device("cpu")):
