@@ -92,17 +92,28 @@ def _cohort(case: Case, device: torch.device):
     return vectorized, plain_loop, clients, loop_clients, auto
 
 
+def _samples_per_s(case: Case, clients: int, seconds: float) -> float:
+    """Client-samples/s: `clients` each training E epochs over their examples in `seconds`."""
+    return clients * case.examples_per_client * case.epochs / seconds
+
+
+def _save(out: Path | None, env: dict, repeats: int, key: str, rows: list) -> None:
+    if out:
+        results.write_json_atomic(Path(out), {"env": env, "repeats": repeats, key: rows})
+        print(f"written to {out}")
+
+
 def run_case(case: Case, device: torch.device, repeats: int) -> dict:
     vectorized, plain_loop, clients, loop_clients, batching = _cohort(case, device)
-    per_client = case.examples_per_client * case.epochs
-    t_vec, t_loop = _best_time(vectorized, repeats, device), _best_time(plain_loop, repeats, device)
-    vec_rate, loop_rate = clients * per_client / t_vec, loop_clients * per_client / t_loop
+    vec_rate = _samples_per_s(case, clients, _best_time(vectorized, repeats, device))
+    loop_rate = _samples_per_s(case, loop_clients, _best_time(plain_loop, repeats, device))
     target = GPU_TARGET if device.type == "cuda" else case.cpu_target
     row = {"case": case.name, "clients": clients, "loop_clients": loop_clients, "batch_size": case.batch_size,
            "batching": batching, "vectorized_samples_per_s": vec_rate, "loop_samples_per_s": loop_rate,
            "ratio": vec_rate / loop_rate, "target": target}
     if batching != "vmap":  # the evidence for the choice: the other batching on the same cohort
-        row["vmap_samples_per_s"] = clients * per_client / _best_time(lambda: vectorized("vmap"), repeats, device)
+        t_vmap = _best_time(lambda: vectorized("vmap"), repeats, device)
+        row["vmap_samples_per_s"] = _samples_per_s(case, clients, t_vmap)
     return row
 
 
@@ -161,7 +172,7 @@ def run_switches(case: Case, device: torch.device, repeats: int) -> dict:
     vectorized, _, clients, _, batching = _cohort(case, device)
     base = _best_time(vectorized, repeats, device)
     row = {"case": case.name, "clients": clients, "batch_size": case.batch_size, "batching": batching,
-           "default_samples_per_s": clients * case.examples_per_client * case.epochs / base}
+           "default_samples_per_s": _samples_per_s(case, clients, base)}
     for name in SWITCHES:
         with switch(name, device):
             row[name] = base / _best_time(vectorized, repeats, device)
@@ -182,9 +193,7 @@ def switch_speedups(device: str = "auto", repeats: int = 3, only: list[str] | No
         rows.append(row)
         print(f"{row['case']:<22}{row['clients']:>8}{row['default_samples_per_s']:>12,.0f}"
               + "".join(f"{row[n]:>16.2f}x" for n in SWITCHES) + f"  ({row['batching']})", flush=True)
-    if out:
-        results.write_json_atomic(Path(out), {"env": env, "repeats": repeats, "switches": rows})
-        print(f"written to {out}")
+    _save(out, env, repeats, "switches", rows)
     return rows
 
 
@@ -205,7 +214,5 @@ def main(device: str = "auto", repeats: int = 3, only: list[str] | None = None, 
         print(f"{r['case']:<22}{r['clients']:>8}{r['vectorized_samples_per_s']:>15,.0f}"
               f"{r['loop_samples_per_s']:>12,.0f}{r['ratio']:>7.1f}x{r['target']:>7.0f}x {ok} ({r['batching']}"
               + (f"; vmap {r['vmap_samples_per_s']:,.0f}/s)" if "vmap_samples_per_s" in r else ")"), flush=True)
-    if out:
-        results.write_json_atomic(Path(out), {"env": env, "repeats": repeats, "cases": rows})
-        print(f"written to {out}")
+    _save(out, env, repeats, "cases", rows)
     return rows
