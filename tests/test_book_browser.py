@@ -58,8 +58,9 @@ class Page:
         self.events.clear()
         self.call("Page.navigate", url=url)
         deadline = time.time() + 60
-        while not self.evaluate("!window.__previous_page && document.readyState === 'complete'") \
-                and time.time() < deadline:
+        while not self._settled():
+            if time.time() > deadline:
+                raise AssertionError(f"{url} did not finish loading within 60 s")
             time.sleep(0.05)
         time.sleep(0.3)  # let late console messages and image decodes arrive
         self.call("Runtime.evaluate", expression="1")  # drains events that arrived meanwhile
@@ -74,6 +75,18 @@ class Page:
             elif e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error":
                 errors.append(" ".join(str(a.get("value", "")) for a in e["params"]["args"]))
         return errors
+
+    def _settled(self) -> bool:
+        """The new document has loaded and will not navigate on: a meta-refresh redirect (the root
+        index.html) counts as still on its way. Asking while a navigation swaps documents is answered
+        with an error; that too means not yet."""
+        try:
+            return self.evaluate("!window.__previous_page && document.readyState === 'complete'"
+                                 " && !document.querySelector('meta[http-equiv=\"Refresh\" i]')")
+        except RuntimeError as err:
+            if "navigated" in str(err) or "context" in str(err):
+                return False
+            raise
 
     def evaluate(self, expression: str):
         return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
