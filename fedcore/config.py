@@ -132,7 +132,8 @@ class Runtime:
     checkpoint_every: int = 0  # rounds between checkpoints (0 = only on Ctrl-C)
     out: Path | None = None  # results JSON path
     resume: bool = False
-    progress: bool = True
+    progress: bool = True  # a progress bar per run, named after its results file
+    progress_line: int = 0  # the bar's terminal line: parallel runs (reproduce --jobs) each take their own
     parallel_runs: int = 1  # runs sharing the machine (reproduce --jobs); recorded: it stretches wall times
 
     def __post_init__(self):

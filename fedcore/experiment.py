@@ -150,7 +150,8 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     integral = history[-1].get("server_step_integral", 0.0)
 
     bar = tqdm(range(start_round + 1, cfg.rounds + 1), initial=start_round, total=cfg.rounds,
-               disable=not runtime.progress, desc=f"{cfg.algorithm} {cfg.model}", unit="round", leave=False)
+               disable=not runtime.progress, desc=out.stem,
+               position=runtime.progress_line, unit="round", leave=False)
     try:
         for t in bar:
             lr_t = cfg.lr * cfg.lr_decay ** (t - 1)

@@ -74,7 +74,7 @@ def set_aside(path: Path, why: str) -> Path:
 
 # A worker process's view of an interruption. The pool hands each worker its next cell before the last
 # one ends, so after a signal a worker must also refuse the cells already handed to it.
-_worker = {"running": False, "stopping": False}
+_worker = {"running": False, "stopping": False, "line": 0}
 
 
 def _on_signal_in_worker(signum, frame) -> None:
@@ -83,11 +83,20 @@ def _on_signal_in_worker(signum, frame) -> None:
         raise KeyboardInterrupt  # the cell in flight checkpoints and stops
 
 
-def _init_worker() -> None:
+def _init_worker(next_line=None, write_lock=None) -> None:
     """Worker initializer: SIGINT/SIGTERM checkpoint and stop the cell in flight and skip the rest, and
-    (Linux) a killed `reproduce` takes its workers along the same way instead of leaving them running."""
+    (Linux) a killed `reproduce` takes its workers along the same way instead of leaving them running.
+    Each worker takes the next terminal line (`next_line`, a shared counter) for its runs' progress bars,
+    and the workers share tqdm's `write_lock`, so that parallel bars stack instead of overwriting each other."""
     import signal
 
+    if next_line is not None:
+        from tqdm.auto import tqdm
+
+        with next_line.get_lock():
+            _worker["line"] = next_line.value
+            next_line.value += 1
+        tqdm.set_lock(write_lock)
     signal.signal(signal.SIGINT, _on_signal_in_worker)
     signal.signal(signal.SIGTERM, _on_signal_in_worker)
     try:
@@ -112,7 +121,8 @@ def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: boo
     _worker["running"] = True
     try:
         experiment.run(cfg, Runtime(device=device, out=Path(path), checkpoint_every=CHECKPOINT_EVERY,
-                                    resume=True, progress=progress, parallel_runs=parallel_runs))
+                                    resume=True, progress=progress, progress_line=_worker["line"],
+                                    parallel_runs=parallel_runs))
     finally:
         _worker["running"] = False
     return path
@@ -170,8 +180,10 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
             raise errors.ReproduceInterrupted() from None
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_worker) as pool:
-            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, False, jobs) for st in todo]
+        ctx = get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(ctx.Value("i", 0), ctx.RLock())) as pool:
+            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, True, jobs) for st in todo]
             interrupted = False
             try:
                 for i, f in enumerate(as_completed(futures), 1):  # as they finish: a long run hides no others

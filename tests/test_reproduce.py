@@ -178,6 +178,15 @@ def test_a_learning_rate_grid_run_in_part_says_so(tmp_path):
 
 
 @needs_mnist
+def test_parallel_runs_each_show_a_progress_bar_named_after_the_run(tmp_path, capfd):
+    exps = _tiny(tmp_path, rounds=3)
+    reproduce.reproduce("tiny", "smoke", device="cpu", jobs=2, lr_grid=(0.05, 0.1), results_dir=tmp_path / "r",
+                        experiments_dir=exps, log=lambda *a: None)
+    err = capfd.readouterr().err  # the workers' stderr: file descriptor 2, which they inherit
+    assert "a--lr0.05" in err and "a--lr0.1" in err and "/3 " in err  # a bar: rounds done of 3
+
+
+@needs_mnist
 def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_path):
     exps, out = _tiny(tmp_path, rounds=5000), tmp_path / "results"  # far more than the wait below
     script = ("import sys; from pathlib import Path; from fedcore import errors, reproduce; "
