@@ -83,20 +83,19 @@ def _on_signal_in_worker(signum, frame) -> None:
         raise KeyboardInterrupt  # the cell in flight checkpoints and stops
 
 
-def _init_worker(next_line=None, write_lock=None) -> None:
+def _init_worker(next_line, write_lock) -> None:
     """Worker initializer: SIGINT/SIGTERM checkpoint and stop the cell in flight and skip the rest, and
     (Linux) a killed `reproduce` takes its workers along the same way instead of leaving them running.
     Each worker takes the next terminal line (`next_line`, a shared counter) for its runs' progress bars,
     and the workers share tqdm's `write_lock`, so that parallel bars stack instead of overwriting each other."""
     import signal
 
-    if next_line is not None:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        with next_line.get_lock():
-            _worker["line"] = next_line.value
-            next_line.value += 1
-        tqdm.set_lock(write_lock)
+    with next_line.get_lock():
+        _worker["line"] = next_line.value
+        next_line.value += 1
+    tqdm.set_lock(write_lock)
     signal.signal(signal.SIGINT, _on_signal_in_worker)
     signal.signal(signal.SIGTERM, _on_signal_in_worker)
     try:
