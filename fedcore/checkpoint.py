@@ -30,8 +30,8 @@ def save(path: Path, *, config: dict, round: int, state, history: list, wall_s: 
     try:
         torch.save(payload, tmp)
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException:  # a Ctrl-C can land after the rename, when tmp is already gone
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 

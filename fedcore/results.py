@@ -90,8 +90,8 @@ def write_json_atomic(path: Path, obj: dict) -> None:
             f.write("\n")
         os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read and shared
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException:  # a Ctrl-C can land after the rename, when tmp is already gone
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
