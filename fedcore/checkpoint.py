@@ -8,14 +8,13 @@ uninterrupted run would have drawn.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from fedcore.config import with_defaults
 from fedcore.errors import ConfigError
+from fedcore.results import write_atomic
 
 FORMAT = "fedcore.checkpoint/1"
 
@@ -24,15 +23,7 @@ def save(path: Path, *, config: dict, round: int, state, history: list, wall_s: 
     fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
     payload = {"format": FORMAT, "config": config, "round": round, "state": fields,
                "history": history, "wall_s": wall_s}
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:  # a Ctrl-C can land after the rename, when tmp is already gone
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda tmp: torch.save(payload, tmp))
 
 
 def load(path: Path, *, config: dict, state_type, device: torch.device) -> dict:

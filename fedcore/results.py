@@ -79,20 +79,28 @@ def env_info(device: torch.device) -> dict:
     }
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
-    """Write to a temporary file beside `path`, then rename: a reader never sees half a file."""
+def write_atomic(path: Path, write) -> None:
+    """Call write(tmp) on a temporary file beside `path`, then rename: a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
+        write(tmp)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be read and shared
         os.replace(tmp, path)
     except BaseException:  # a Ctrl-C can land after the rename, when tmp is already gone
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    """`obj` as indented JSON, written atomically."""
+    def dump(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+    write_atomic(path, dump)
 
 
 def check_writable(path: Path, flag: str = "--out") -> None:
