@@ -52,7 +52,7 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
                 "scale": exp.scale, "status": status,
                 "run": None if best is None else best.run_id,
                 "device": None if best is None else best.doc["env"]["device_name"],
-                "wall_s": None if best is None else best.doc["summary"]["total_wall_s"],
+                "wall_s": None if best is None else round(best.doc["summary"]["total_wall_s"]),  # whole seconds
                 "commit": None if best is None else best.doc["env"]["git_commit"][:12],
             })
     # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
