@@ -127,12 +127,20 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     state = algo.init(P.trainable(model), P.buffers(model), cfg.clients)
     env = {**results.env_info(device), "parallel_runs": runtime.parallel_runs}
     history: list[dict] = []
-    start_round, wall_before = 0, 0.0
+    start_round, wall_before, earlier_segments = 0, 0.0, []
     if runtime.resume and ckpt_path.exists():
         saved = checkpoint.load(ckpt_path, config=cfg.to_dict(), state_type=type(state), device=device)
         state, history, start_round, wall_before = saved["state"], saved["history"], saved["round"], saved["wall_s"]
+        earlier_segments = saved["segments"]
     t0 = time.perf_counter()
     elapsed = lambda: wall_before + time.perf_counter() - t0  # noqa: E731
+
+    def segments(last_round: int) -> list[dict]:
+        """The run's segments up to `last_round`: the earlier processes', then this one's if it ran a round."""
+        first = start_round + 1 if earlier_segments else 0
+        this = {**{k: env[k] for k in results.SEGMENT_KEYS}, "rounds": [first, last_round],
+                "wall_s": round(time.perf_counter() - t0, 3)}
+        return earlier_segments + ([this] if last_round >= first else [])
 
     def evaluate_into(record: dict, state) -> None:
         done = {}  # algorithms whose evaluated and distributed models coincide are evaluated once
@@ -186,15 +194,17 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
                 break
             if runtime.checkpoint_every and t % runtime.checkpoint_every == 0 and t < cfg.rounds:
                 checkpoint.save(ckpt_path, config=cfg.to_dict(), round=t, state=state, history=history,
-                                wall_s=elapsed())
+                                wall_s=elapsed(), segments=segments(t))
     except KeyboardInterrupt:
         history = [r for r in history if r["round"] <= committed_round]  # drop a half-recorded round
         checkpoint.save(ckpt_path, config=cfg.to_dict(), round=committed_round, state=state, history=history,
-                        wall_s=elapsed())
+                        wall_s=elapsed(), segments=segments(committed_round))
         raise RunInterrupted(committed_round, ckpt_path) from None
     finally:
         bar.close()
 
+    if earlier_segments:  # resumed: env alone would name only the machine and commit of the last segment
+        env["segments"] = segments(committed_round)
     doc = {"schema": results.SCHEMA, "config": cfg.to_dict(), "env": env, "rounds": history,
            "summary": _summary(cfg, history, elapsed())}
     results.write_json_atomic(out, doc)

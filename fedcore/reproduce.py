@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from fedcore import __version__, data, errors, experiments, metrics, results
+from fedcore import __version__, checkpoint, data, errors, experiments, metrics, results
 from fedcore import config as C
 from fedcore.config import RunConfig, Runtime
 from fedcore.errors import ConfigError
@@ -209,16 +209,23 @@ def best_run(exp: experiments.Experiment, statuses: list[RunStatus]) -> RunStatu
     return max(done, key=lambda st: metrics.lr_grid_score(st.doc["summary"], target, exp.rule))
 
 
-def listing(results_dir: Path = RESULTS_DIR) -> str:
+def listing(results_dir: Path = RESULTS_DIR, experiments_dir: Path = experiments.EXPERIMENTS_DIR) -> str:
+    """Runs done per experiment and scale, then the runs cut off with a checkpoint that `reproduce` resumes."""
     lines = [f"{'experiment':<30}" + "".join(f"{s:>14}" for s in experiments.SCALES) + "  title"]
-    for name in experiments.names():
+    in_flight = []
+    for name in experiments.names(experiments_dir):
         counts, title = [], ""
         for scale in experiments.SCALES:
-            exp = experiments.load(name, scale)
+            exp = experiments.load(name, scale, experiments_dir)
             title = exp.title
             runs = [st for c in exp.cells for st in inspect(exp, c, results_dir)]
             counts.append(f"{sum(st.status == 'done' for st in runs)}/{len(runs)} done")
+            in_flight += [ckpt for st in runs if st.status != "done"
+                          and (ckpt := st.path.with_name(st.path.name + ".ckpt")).exists()]
         lines.append(f"{name:<30}" + "".join(f"{c:>14}" for c in counts) + f"  {title}")
+    if in_flight:
+        lines += ["", "checkpointed (the same `fedcore reproduce NAME --scale S` resumes them):"]
+        lines += [f"  {c.relative_to(results_dir).as_posix()}: {checkpoint.describe(c)}" for c in in_flight]
     return "\n".join(lines)
 
 

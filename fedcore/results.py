@@ -26,6 +26,10 @@ SCHEMA = "fedcore.results/1"
 REQUIRED = {"schema", "config", "env", "rounds", "summary"}
 ROUND_KEYS = {"round", "test_acc", "test_loss", "train_loss", "wall_s"}
 SUMMARY_KEYS = {"final_acc", "best_acc", "rounds_to_target", "total_wall_s"}
+# What env records of each process that ran part of a resumed run, in env["segments"] (with its rounds and
+# wall time); a run done in one go has one process, env itself.
+SEGMENT_KEYS = ("git_commit", "device", "device_name", "torch_version", "torch_threads", "hostname", "start_time",
+                "parallel_runs")
 
 
 def git_commit() -> str:
@@ -66,7 +70,7 @@ def env_info(device: torch.device) -> dict:
     return {
         "fedcore_version": __version__,
         "git_commit": git_commit(),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),  # a plain str: checkpoints hold it (weights_only)
         "torchvision_version": torchvision.__version__,
         "python_version": platform.python_version(),
         "device": str(device),
@@ -135,11 +139,34 @@ def load(path: Path) -> dict:
 
 # --- tidy tables and the standard plots the book's notebooks call ---------------------------------------
 
+def producers(doc: dict) -> list[dict]:
+    """The processes that ran a results file's rounds, in order: env itself for a run done in one go, one
+    segment each for a run resumed from checkpoints (each may have run on another machine or commit)."""
+    return doc["env"].get("segments") or [doc["env"]]
+
+
+def _distinct(values) -> list:
+    return list(dict.fromkeys(values))
+
+
+def devices(doc: dict) -> list[str]:
+    """The device names that ran a results file, in order, each once."""
+    return _distinct(p["device_name"] for p in producers(doc))
+
+
+def commits(doc: dict, width: int = 12) -> list[str]:
+    """The commits (first `width` characters) that ran a results file, in order, each once."""
+    return _distinct(p["git_commit"][:width] for p in producers(doc))
+
+
 def provenance(doc: dict) -> str:
-    """One line saying what produced a results file: device, commit, wall time, fedcore version."""
-    env, s = doc["env"], doc["summary"]
-    return (f"{env['device_name']} ({env['device']}), torch {env['torch_version']}, "
-            f"commit {env['git_commit'][:12]}, {s['total_wall_s']:.0f} s")
+    """One line saying what produced a results file: device, commit, wall time; 'A + B' where a resumed run's
+    segments differ."""
+    parts = producers(doc)
+    machines = " + ".join(_distinct(f"{p['device_name']} ({p['device']})" for p in parts))
+    torch_versions = " + ".join(_distinct(p["torch_version"] for p in parts))
+    return (f"{machines}, torch {torch_versions}, commit {' + '.join(commits(doc))}, "
+            f"{doc['summary']['total_wall_s']:.0f} s")
 
 
 def curves(runs: dict[str, dict]):
@@ -327,7 +354,7 @@ def plot_class_counts(ax, counts, title: str) -> None:
 
 def stamp(fig, runs: dict[str, dict], scale: str) -> None:
     """Print under a figure which scale and hardware produced it, so a saved image keeps its provenance."""
-    devices = sorted({d["env"]["device_name"] for d in runs.values()}) or ["no results yet"]
-    commits = sorted({d["env"]["git_commit"][:7] for d in runs.values()})
-    fig.text(0.005, 0.002, f"fedbook - scale: {scale} - {', '.join(devices)}"
-             + (f" - commit {', '.join(commits)}" if commits else ""), fontsize=7, color="0.4", va="bottom")
+    names = sorted({n for d in runs.values() for n in devices(d)}) or ["no results yet"]
+    shas = sorted({c for d in runs.values() for c in commits(d, 7)})
+    fig.text(0.005, 0.002, f"fedbook - scale: {scale} - {', '.join(names)}"
+             + (f" - commit {', '.join(shas)}" if shas else ""), fontsize=7, color="0.4", va="bottom")

@@ -51,9 +51,9 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
                 "diff": None if ours is None or not isinstance(paper, (int, float)) else round(ours - paper, 2),
                 "scale": exp.scale, "status": status,
                 "run": None if best is None else best.run_id,
-                "device": None if best is None else best.doc["env"]["device_name"],
+                "device": None if best is None else " + ".join(results.devices(best.doc)),
                 "wall_s": None if best is None else round(best.doc["summary"]["total_wall_s"]),  # whole seconds
-                "commit": None if best is None else best.doc["env"]["git_commit"][:12],
+                "commit": None if best is None else " + ".join(results.commits(best.doc)),
             })
     # The paper's cells that this scale leaves out (its note says why) are listed too: a table stays whole.
     for cell in exp.omitted:
@@ -314,7 +314,7 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
         for cell in exp.cells:
             for st in reproduce.inspect(exp, cell, results_dir):
                 if st.status == "done" and "copied_from" not in st.doc:
-                    rows.append({"experiment": name, "device": st.doc["env"]["device_name"],
+                    rows.append({"experiment": name, "device": " + ".join(results.devices(st.doc)),
                                  "parallel": st.doc["env"].get("parallel_runs", "not recorded"),
                                  "wall_s": st.doc["summary"]["total_wall_s"],
                                  "rounds": st.doc["summary"]["rounds_completed"]})
@@ -331,7 +331,7 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
 def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
     """What produced a table or figure: scale, what the scale reduced, hardware and commit."""
     produced = sorted({results.provenance(d).split(", torch")[0] for d in runs.values()})
-    commits = sorted({d["env"]["git_commit"][:12] for d in runs.values()})
+    commits = sorted({c for d in runs.values() for c in results.commits(d)})
     return (f"{exp.reference} | scale: {exp.scale} ({exp.scale_note}) | "
             + (f"run on {'; '.join(produced)}, commit {', '.join(commits)}" if runs else "no results yet"))
 

@@ -99,49 +99,73 @@ def test_a_diverged_run_ends_in_the_round_its_weights_turn_nan(tmp_path):
     assert _run(tmp_path, "fine.json")["summary"]["diverged_at_round"] is None
 
 
-def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
-    uninterrupted = _run(tmp_path, "full.json", rounds=5)
-
+def _interrupted_in_round(monkeypatch, cfg, out, round):
+    """Run cfg (resuming any checkpoint at out) until Ctrl-C lands in `round`; the checkpoint it leaves."""
     real_make = algorithms.make
 
-    def crashing_in_round_4(cfg):
+    def interrupted(cfg):
         algo = real_make(cfg)
 
         def run_round(state, inputs):
-            if inputs.round == 4:
+            if inputs.round == round:
                 raise KeyboardInterrupt  # what Ctrl-C raises
             return algo.run_round(state, inputs)
 
         return dataclasses.replace(algo, run_round=run_round)
 
-    monkeypatch.setattr(algorithms, "make", crashing_in_round_4)
+    monkeypatch.setattr(algorithms, "make", interrupted)
+    with pytest.raises(RunInterrupted) as info:
+        experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True))
+    monkeypatch.undo()
+    assert info.value.round == round - 1 and info.value.checkpoint.exists()
+    return info.value.checkpoint
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    uninterrupted = _run(tmp_path, "full.json", rounds=5)
     cfg = RunConfig(**{**SMOKE, "rounds": 5})
     out = tmp_path / "resumed.json"
-    with pytest.raises(RunInterrupted) as info:
-        experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, checkpoint_every=2))
-    assert info.value.round == 3 and info.value.checkpoint.exists()
-    monkeypatch.undo()
+    ckpt = _interrupted_in_round(monkeypatch, cfg, out, 4)
 
     with pytest.raises(ConfigError, match="--resume"):
         experiment.run(cfg, Runtime(device="cpu", out=out, progress=False))
     resumed = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True))
     assert _numbers(resumed) == _numbers(uninterrupted)
-    assert not info.value.checkpoint.exists()
+    assert not ckpt.exists()
+    # each process that ran rounds is on record, for a resumption may happen on another machine or commit
+    assert "segments" not in uninterrupted["env"]
+    first, second = resumed["env"]["segments"]
+    assert (first["rounds"], second["rounds"]) == ([0, 3], [4, 5])
+    assert second["git_commit"] == resumed["env"]["git_commit"] and second["start_time"] == resumed["env"]["start_time"]
+    assert first["start_time"] <= second["start_time"] and first["device_name"] == second["device_name"]
+    assert first["wall_s"] + second["wall_s"] <= resumed["summary"]["total_wall_s"] + 1e-3
+
+
+def test_a_checkpoint_from_before_segments_were_recorded_resumes_and_says_what_is_unknown(tmp_path, monkeypatch):
+    cfg, out = RunConfig(**{**SMOKE, "rounds": 3}), tmp_path / "old.json"
+    ckpt = _interrupted_in_round(monkeypatch, cfg, out, 3)
+    payload = torch.load(ckpt, weights_only=True)
+    del payload["segments"]  # as fedcore wrote checkpoints before it recorded them
+    torch.save(payload, ckpt)
+    doc = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True))
+    old, new = doc["env"]["segments"]
+    assert old["rounds"] == [0, 2] and old["device_name"] == old["git_commit"] == "not recorded"
+    assert new["rounds"] == [3, 3] and new["device_name"] == doc["env"]["device_name"]
+    assert results.devices(doc) == ["not recorded", doc["env"]["device_name"]]
+    assert results.provenance(doc).startswith(f"not recorded (not recorded) + {doc['env']['device_name']} (cpu)")
+
+
+def test_a_resumption_that_runs_no_round_adds_no_segment(tmp_path, monkeypatch):
+    cfg, out = RunConfig(**{**SMOKE, "rounds": 3}), tmp_path / "r.json"
+    _interrupted_in_round(monkeypatch, cfg, out, 2)
+    _interrupted_in_round(monkeypatch, cfg, out, 2)  # resumed (reproduce resumes) and cut off at once
+    doc = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True))
+    assert [s["rounds"] for s in doc["env"]["segments"]] == [[0, 1], [2, 3]]
 
 
 def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch):
     out = tmp_path / "r.json"
-    def interrupted(cfg):
-        def run_round(state, inputs):
-            raise KeyboardInterrupt
-
-        return dataclasses.replace(real_make(cfg), run_round=run_round)
-
-    real_make = algorithms.make
-    monkeypatch.setattr(algorithms, "make", interrupted)
-    with pytest.raises(RunInterrupted):
-        experiment.run(RunConfig(**SMOKE), Runtime(device="cpu", out=out, progress=False))
-    monkeypatch.undo()
+    _interrupted_in_round(monkeypatch, RunConfig(**SMOKE), out, 1)
     with pytest.raises(ConfigError, match="different config.*lr"):
         experiment.run(RunConfig(**{**SMOKE, "lr": 0.2}), Runtime(device="cpu", out=out, progress=False, resume=True))
 
