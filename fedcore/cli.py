@@ -105,12 +105,14 @@ def _config_from_args(args: argparse.Namespace) -> C.RunConfig:
 
 
 def _print_summary(doc: dict) -> None:
-    cfg, s, env = doc["config"], doc["summary"], doc["env"]
+    from fedcore import results
+
+    cfg, s = doc["config"], doc["summary"]
     b = cfg["batch_size"] or "inf"
     print(f"{cfg['algorithm']} | {cfg['dataset']} {cfg['model']} | {cfg['partition']} K={cfg['clients']} "
           f"C={cfg['fraction']} E={cfg['local_epochs']} B={b} lr={cfg['lr']} | seed {cfg['seed']}")
     print(f"rounds {s['rounds_completed']}  final acc {s['final_acc']:.4f}  best acc {s['best_acc']:.4f}  "
-          f"wall {s['total_wall_s']:.1f} s on {env['device_name']} ({env['device']})")
+          f"wall {s['total_wall_s']:.1f} s on {results.machines(doc)}")
     for target, r in s["rounds_to_target"].items():
         interp = "not reached" if r["interpolated"] is None else f"{r['interpolated']:.1f}"
         print(f"rounds to {target}: {interp} (running max, interpolated; first evaluated round: "

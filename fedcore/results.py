@@ -159,13 +159,16 @@ def commits(doc: dict, width: int = 12) -> list[str]:
     return _distinct(p["git_commit"][:width] for p in producers(doc))
 
 
+def machines(doc: dict) -> str:
+    """The machines that ran a results file: 'AMD EPYC (cpu)', or 'A (cuda:0) + B (cpu)' for a run resumed
+    on another."""
+    return " + ".join(_distinct(f"{p['device_name']} ({p['device']})" for p in producers(doc)))
+
+
 def provenance(doc: dict) -> str:
-    """One line saying what produced a results file: device, commit, wall time; 'A + B' where a resumed run's
-    segments differ."""
-    parts = producers(doc)
-    machines = " + ".join(_distinct(f"{p['device_name']} ({p['device']})" for p in parts))
-    torch_versions = " + ".join(_distinct(p["torch_version"] for p in parts))
-    return (f"{machines}, torch {torch_versions}, commit {' + '.join(commits(doc))}, "
+    """One line saying what produced a results file: machines, torch, commits, wall time."""
+    torch_versions = " + ".join(_distinct(p["torch_version"] for p in producers(doc)))
+    return (f"{machines(doc)}, torch {torch_versions}, commit {' + '.join(commits(doc))}, "
             f"{doc['summary']['total_wall_s']:.0f} s")
 
 

@@ -330,7 +330,7 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
 
 def caption(exp: experiments.Experiment, runs: dict[str, dict]) -> str:
     """What produced a table or figure: scale, what the scale reduced, hardware and commit."""
-    produced = sorted({results.provenance(d).split(", torch")[0] for d in runs.values()})
+    produced = sorted({results.machines(d) for d in runs.values()})
     commits = sorted({c for d in runs.values() for c in results.commits(d)})
     return (f"{exp.reference} | scale: {exp.scale} ({exp.scale_note}) | "
             + (f"run on {'; '.join(produced)}, commit {', '.join(commits)}" if runs else "no results yet"))
