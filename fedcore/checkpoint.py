@@ -21,6 +21,11 @@ from fedcore.results import SEGMENT_KEYS, write_atomic
 FORMAT = "fedcore.checkpoint/1"
 
 
+def path_for(results_path: Path) -> Path:
+    """Where the run that will write `results_path` keeps its checkpoint until it ends."""
+    return results_path.with_name(results_path.name + ".ckpt")
+
+
 def save(path: Path, *, config: dict, round: int, state, history: list, wall_s: float, segments: list) -> None:
     fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
     payload = {"format": FORMAT, "config": config, "round": round, "state": fields,

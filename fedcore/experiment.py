@@ -116,7 +116,7 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     device = resolve_device(runtime.device)
     out = Path(runtime.out) if runtime.out else default_out(cfg)
     results.check_writable(out)
-    ckpt_path = out.with_name(out.name + ".ckpt")
+    ckpt_path = checkpoint.path_for(out)
     if ckpt_path.exists() and not runtime.resume:
         raise ConfigError(f"a checkpoint from an earlier run exists at {ckpt_path}; pass --resume to continue "
                           f"it or remove it to start over")

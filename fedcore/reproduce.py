@@ -145,7 +145,7 @@ def _copy_identical_runs(todo: list[RunStatus], results_dir: Path, log) -> list[
             continue
         doc.setdefault("copied_from", path.relative_to(results_dir).as_posix())
         results.write_json_atomic(st.path, doc)
-        st.path.with_name(st.path.name + ".ckpt").unlink(missing_ok=True)  # a cut-off run of it is superseded
+        checkpoint.path_for(st.path).unlink(missing_ok=True)  # a cut-off run of it is superseded
         copied.add(st.run_id)
         log(f"{st.path}: the same run as {doc['copied_from']}, copied")
     return [st for st in todo if st.run_id not in copied]
@@ -220,8 +220,7 @@ def listing(results_dir: Path = RESULTS_DIR, experiments_dir: Path = experiments
             title = exp.title
             runs = [st for c in exp.cells for st in inspect(exp, c, results_dir)]
             counts.append(f"{sum(st.status == 'done' for st in runs)}/{len(runs)} done")
-            in_flight += [ckpt for st in runs if st.status != "done"
-                          and (ckpt := st.path.with_name(st.path.name + ".ckpt")).exists()]
+            in_flight += [c for st in runs if st.status != "done" and (c := checkpoint.path_for(st.path)).exists()]
         lines.append(f"{name:<30}" + "".join(f"{c:>14}" for c in counts) + f"  {title}")
     if in_flight:
         lines += ["", "checkpointed (the same `fedcore reproduce NAME --scale S` resumes them):"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcore import data, experiments, reproduce, results
+from fedcore import checkpoint, data, experiments, reproduce, results
 from fedcore.errors import ConfigError
 
 
@@ -31,7 +31,9 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
             if key == "acc" and ours is not None:
                 ours = round(100 * ours, 2)  # the papers print accuracy in percent
             if best is None:
-                status = next((s.detail for s in statuses if s.status == "no-data"), "not run")
+                in_progress = [checkpoint.describe(c) for s in statuses if (c := checkpoint.path_for(s.path)).exists()]
+                status = next((s.detail for s in statuses if s.status == "no-data"),
+                              f"in progress: {'; '.join(in_progress)}" if in_progress else "not run")
             else:
                 # a learning-rate grid not yet run to the end: our number is the best so far, and says so
                 status = "done" if done == len(statuses) else f"partial: {done} of {len(statuses)} learning rates"

@@ -115,8 +115,11 @@ def test_killed_reproduce_resumes_to_the_numbers_of_an_uninterrupted_run(tmp_pat
     assert ckpt.exists() and not (killed / "tiny" / "smoke" / "a.json").exists()
     in_flight = reproduce.listing(killed, exps).split("checkpointed")[1]
     assert "tiny/smoke/a.json.ckpt: round " in in_flight and f"commit {results.git_commit()[:12]} on " in in_flight
+    tiny = experiments.load("tiny", "smoke", exps)
+    assert scoreboard.compare(tiny, killed)[0]["status"].startswith("in progress: round ")
     assert run(killed).wait() == 0
     assert "checkpointed" not in reproduce.listing(killed, exps)
+    assert scoreboard.compare(tiny, killed)[0]["status"] == "done"
     assert run(tmp_path / "clean").wait() == 0
     assert _numbers(killed / "tiny" / "smoke" / "a.json") == _numbers(tmp_path / "clean" / "tiny" / "smoke" / "a.json")
 
