@@ -42,9 +42,11 @@ $(STAMP): pyproject.toml | $(PY)
 
 # Pages render from the committed results/ only (FEDBOOK_RENDER_ONLY): a build never trains.
 # Sphinx re-reads a page, and jupyter-cache re-executes it, only when the page itself changed; but pages
-# also read results/, experiments/ and fedcore/. When any of those changed since the last good build,
-# every page is executed and rendered again (about a minute).
-BOOK_INPUTS := find results experiments fedcore -type f \( -name '*.json' -o -name '*.toml' -o -name '*.py' \) \
+# also read results/ (the scoreboard also its committed checkpoints: cells in progress), experiments/ and
+# fedcore/. When any of those changed since the last good build, every page is executed and rendered again
+# (about a minute).
+BOOK_INPUTS := find results experiments fedcore -type f \( -name '*.json' -o -name '*.ckpt' -o -name '*.toml' \
+               -o -name '*.py' \) \
                -print0 | sort -z | xargs -0 sha1sum | sha1sum
 book: $(STAMP)
 	@mkdir -p _build; inputs=$$($(BOOK_INPUTS)); all=; \
