@@ -63,13 +63,16 @@ def load(path: Path, *, config: dict, state_type, device: torch.device) -> dict:
     return payload
 
 
-def describe(path: Path) -> str:
-    """Where a checkpointed run stands, in one line: its round, and the commit and machine that ran the last
-    rounds (resume it at that commit, so that its results name the code that produced them)."""
+def describe(path: Path, *, brief: bool = False) -> str:
+    """Where a checkpointed run stands: 'round R of N', then, unless brief, its time so far and the commit and
+    machine that ran its last rounds (resume it at that commit, so that its results name the code)."""
     try:
         payload = _read(path, "cpu")
     except ConfigError as exc:
         return str(exc)
+    where = f"round {payload['round']} of {payload['config']['rounds']}"
+    if brief:
+        return where
     last = payload["segments"][-1]
-    return (f"round {payload['round']} of {payload['config']['rounds']}, {payload['wall_s']:.0f} s so far; "
-            f"last run at commit {last['git_commit'][:12]} on {last['device_name']}")
+    return (f"{where}, {payload['wall_s']:.0f} s so far; last run at commit {last['git_commit'][:12]} on "
+            f"{last['device_name']}")

@@ -31,9 +31,10 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
             if key == "acc" and ours is not None:
                 ours = round(100 * ours, 2)  # the papers print accuracy in percent
             if best is None:
-                in_progress = [checkpoint.describe(c) for s in statuses if (c := checkpoint.path_for(s.path)).exists()]
-                status = next((s.detail for s in statuses if s.status == "no-data"),
-                              f"in progress: {'; '.join(in_progress)}" if in_progress else "not run")
+                in_progress = [checkpoint.describe(c, brief=True) for s in statuses
+                               if (c := checkpoint.path_for(s.path)).exists()]
+                status = (f"in progress: {', '.join(in_progress)} (checkpointed)" if in_progress else
+                          next((s.detail for s in statuses if s.status == "no-data"), "not run"))
             else:
                 # a learning-rate grid not yet run to the end: our number is the best so far, and says so
                 status = "done" if done == len(statuses) else f"partial: {done} of {len(statuses)} learning rates"

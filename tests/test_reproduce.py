@@ -4,6 +4,7 @@ published values line up with cells, and the store survives kills, corruption an
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def test_killed_reproduce_resumes_to_the_numbers_of_an_uninterrupted_run(tmp_pat
     in_flight = reproduce.listing(killed, exps).split("checkpointed")[1]
     assert "tiny/smoke/a.json.ckpt: round " in in_flight and f"commit {results.git_commit()[:12]} on " in in_flight
     tiny = experiments.load("tiny", "smoke", exps)
-    assert scoreboard.compare(tiny, killed)[0]["status"].startswith("in progress: round ")
+    assert re.fullmatch(r"in progress: round \d+ of 25 \(checkpointed\)", scoreboard.compare(tiny, killed)[0]["status"])
     assert run(killed).wait() == 0
     assert "checkpointed" not in reproduce.listing(killed, exps)
     assert scoreboard.compare(tiny, killed)[0]["status"] == "done"
