@@ -10,9 +10,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 
 from fedcore import __version__, checkpoint, data, errors, experiments, metrics, results
@@ -78,8 +79,9 @@ _worker = {"running": False, "stopping": False, "line": 0}
 
 
 def _on_signal_in_worker(signum, frame) -> None:
+    first = not _worker["stopping"]  # a second signal (Ctrl-C, then the parent's forward) must not cut the checkpoint
     _worker["stopping"] = True
-    if _worker["running"]:
+    if _worker["running"] and first:
         raise KeyboardInterrupt  # the cell in flight checkpoints and stops
 
 
@@ -88,8 +90,6 @@ def _init_worker(next_line, write_lock) -> None:
     (Linux) a killed `reproduce` takes its workers along the same way instead of leaving them running.
     Each worker takes the next terminal line (`next_line`, a shared counter) for its runs' progress bars,
     and the workers share tqdm's `write_lock`, so that parallel bars stack instead of overwriting each other."""
-    import signal
-
     from tqdm.auto import tqdm
 
     with next_line.get_lock():
@@ -194,8 +194,11 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
             except (KeyboardInterrupt, errors.RunInterrupted):
                 interrupted = True
             if interrupted:
-                # the cells in flight got the signal too and checkpoint; the queued ones must not start
-                pool.shutdown(wait=True, cancel_futures=True)
+                # a signal to the parent alone (`kill PID`) reaches no worker: forward it, so the cells in flight
+                # checkpoint and stop instead of running to the end inside the shutdown below
+                for worker in active_children():
+                    os.kill(worker.pid, signal.SIGTERM)
+                pool.shutdown(wait=True, cancel_futures=True)  # the queued cells never start
                 raise errors.ReproduceInterrupted()
     return exp
 

@@ -194,7 +194,8 @@ def test_parallel_runs_each_show_a_progress_bar_named_after_the_run(tmp_path, ca
 
 
 @needs_mnist
-def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_path):
+@pytest.mark.parametrize("to_group", [True, False], ids=["to-process-group", "to-parent-alone"])
+def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_path, to_group):
     exps, out = _tiny(tmp_path, rounds=5000), tmp_path / "results"  # far more than the wait below
     script = ("import sys; from pathlib import Path; from fedcore import errors, reproduce; "
               "errors.stop_like_ctrl_c(); "
@@ -206,8 +207,15 @@ def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_pat
     deadline = time.time() + 120
     while len(list(folder.glob("*.ckpt"))) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` and a terminal's Ctrl-C do: the whole group
-    _, err = proc.communicate(timeout=120)
+    try:
+        if to_group:
+            os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` and a terminal's Ctrl-C do: the whole group
+        else:
+            proc.send_signal(signal.SIGTERM)  # `kill PID`: the parent forwards it, or its shutdown waits 5000 rounds
+        _, err = proc.communicate(timeout=120)
+    finally:  # a failure must not leave the workers training for the rest of the suite
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     assert "ReproduceInterrupted" in err
     started = {p.name.split(".json")[0] for p in folder.iterdir()}
     assert started == {"a--lr0.01", "a--lr0.02"}  # the two in flight checkpointed; the queued two never began
