@@ -159,6 +159,12 @@ def commits(doc: dict, width: int = 12) -> list[str]:
     return _distinct(p["git_commit"][:width] for p in producers(doc))
 
 
+def parallel_runs(doc: dict) -> list:
+    """How many runs shared the machine with it, per process that ran a results file, in order, each once
+    ('not recorded' before commit 6772967)."""
+    return _distinct(p.get("parallel_runs", "not recorded") for p in producers(doc))
+
+
 def machines(doc: dict) -> str:
     """The machines that ran a results file: 'AMD EPYC (cpu)', or 'A (cuda:0) + B (cpu)' for a run resumed
     on another."""

@@ -306,8 +306,8 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
                experiments_dir: Path = experiments.EXPERIMENTS_DIR):
     """What the committed runs at `scale` cost, per experiment and machine, from their results files: every
     run counts (each learning rate of a grid, the cells it did not pick too), a copy of another table's run
-    does not. `parallel` is how many runs shared the machine (recorded since commit 6772967), which stretches
-    each one's wall time; `paper` is the paper's own time, where it gives one."""
+    does not. `parallel` is how many runs shared the machine (recorded since commit 6772967; '1 + 2' for a run
+    resumed beside another), which stretches each one's wall time; `paper` is the paper's own time, where it gives one."""
     import pandas as pd
 
     rows, paper = [], {}
@@ -318,7 +318,7 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
             for st in reproduce.inspect(exp, cell, results_dir):
                 if st.status == "done" and "copied_from" not in st.doc:
                     rows.append({"experiment": name, "device": " + ".join(results.devices(st.doc)),
-                                 "parallel": st.doc["env"].get("parallel_runs", "not recorded"),
+                                 "parallel": " + ".join(map(str, results.parallel_runs(st.doc))),
                                  "wall_s": st.doc["summary"]["total_wall_s"],
                                  "rounds": st.doc["summary"]["rounds_completed"]})
     runs = pd.DataFrame(rows, columns=["experiment", "device", "parallel", "wall_s", "rounds"])

@@ -152,6 +152,7 @@ def test_a_checkpoint_from_before_segments_were_recorded_resumes_and_says_what_i
     assert old["rounds"] == [0, 2] and old["device_name"] == old["git_commit"] == "not recorded"
     assert new["rounds"] == [3, 3] and new["device_name"] == doc["env"]["device_name"]
     assert results.devices(doc) == ["not recorded", doc["env"]["device_name"]]
+    assert results.parallel_runs(doc) == ["not recorded", 1]
     assert results.provenance(doc).startswith(f"not recorded (not recorded) + {doc['env']['device_name']} (cpu)")
 
 
