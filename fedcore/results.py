@@ -160,8 +160,8 @@ def commits(doc: dict, width: int = 12) -> list[str]:
 
 
 def parallel_runs(doc: dict) -> list:
-    """How many runs shared the machine with it, per process that ran a results file, in order, each once
-    ('not recorded' before commit 6772967)."""
+    """How many runs shared the machine (1: it ran alone), per process that ran a results file, in order,
+    each once ('not recorded' before commit 6772967)."""
     return _distinct(p.get("parallel_runs", "not recorded") for p in producers(doc))
 
 

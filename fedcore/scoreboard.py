@@ -307,7 +307,8 @@ def wall_times(names, scale: str = "paper", results_dir: Path = reproduce.RESULT
     """What the committed runs at `scale` cost, per experiment and machine, from their results files: every
     run counts (each learning rate of a grid, the cells it did not pick too), a copy of another table's run
     does not. `parallel` is how many runs shared the machine (recorded since commit 6772967; '1 + 2' for a run
-    resumed beside another), which stretches each one's wall time; `paper` is the paper's own time, where it gives one."""
+    resumed beside another), which stretches each one's wall time; `paper` is the paper's own time, where it
+    gives one."""
     import pandas as pd
 
     rows, paper = [], {}
