@@ -1,6 +1,6 @@
 #!/bin/bash
 # Paper-scale runs on the lent accelerator; see DEVELOPERS.md ("A lease on the accelerator").
-#   usage (there): bash tools/device_batch.sh [--tests] [--bench] [--switches] [--profile] EXPERIMENT...
+#   usage (there): bash tools/device_batch.sh [--tests] [--bench] [--switches] [--profile] EXPERIMENT[:CELL,...]...
 # --tests runs the CUDA tests (nothing else runs if they fail), --bench the engine benchmark
 # (benchmarks/engine-cuda.json), --switches the engine under cuDNN autotuning, TF32 matmuls and bf16
 # autocast (benchmarks/engine-cuda-switches.json), --profile the profiler's top operators; GPU utilisation
@@ -42,24 +42,30 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-for name in "$@"; do
-    [ "$(left)" -gt 20 ] || { echo "budget spent before $name" | tee -a "$log"; break; }
-    echo "== $name: $(left) s left" | tee -a "$log"
+# NAME runs all of an experiment's cells, NAME:CELL,CELL only those (with one process per cell named);
+# PARALLEL=1 runs the experiments side by side instead of one after another.
+run_experiment() {
+    local name=${1%%:*} cells=() n=$jobs
+    if [[ $1 == *:* ]]; then IFS=, read -r -a cells <<< "${1#*:}"; n=${#cells[@]}; fi
+    echo "== $1: $(left) s left" | tee -a "$log"
     # SIGTERM: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
     timeout -k 30 "$(left)" $python -m fedcore reproduce "$name" --scale "$scale" --device "$device" \
-        --jobs "$jobs" 2>&1 | tee -a "$log"
+        --jobs "$n" ${cells[@]:+--only "${cells[@]}"} 2>&1 | tee -a "$log"
+}
+side_by_side=()
+for spec in "$@"; do
+    [ "$(left)" -gt 20 ] || { echo "budget spent before $spec" | tee -a "$log"; break; }
+    if [ "${PARALLEL:-0}" = 1 ]; then run_experiment "$spec" & side_by_side+=($!); else run_experiment "$spec"; fi
 done
+[ ${#side_by_side[@]} -eq 0 ] || wait "${side_by_side[@]}"
 kill "$util_logger" 2>/dev/null
 tar czf "$OUT/results.tgz" --exclude="*.ckpt" $(ls -d results/*/"$scale" 2>/dev/null) benchmarks
 echo "packed $(tar tzf "$OUT/results.tgz" | grep -c '\.json$') json files in $((SECONDS - start)) s" | tee -a "$log"
-# Cells cut off by the budget: each checkpoint in an archive of its own (a returned file may have 16 MiB,
-# and 8 files come back in all, the log, results and the rest of $OUT included), so that a later call
-# that carries it resumes the cell.
-room=$((8 - $(ls "$OUT" | wc -l)))
-i=0
-for ckpt in $(ls -t results/*/"$scale"/*.ckpt 2>/dev/null); do
-    [ $i -lt $room ] || { echo "checkpoint left behind (8 files come back at most): $ckpt" | tee -a "$log"; continue; }
-    i=$((i + 1))
-    tar czf "$OUT/ckpt-$i.tgz" "$ckpt"
-    echo "checkpoint $ckpt -> ckpt-$i.tgz ($(du -k "$OUT/ckpt-$i.tgz" | cut -f1) KiB)" | tee -a "$log"
-done
+# Cells cut off by the budget: their checkpoints in one archive, split into 15 MiB parts (a returned file
+# may have 16 MiB, and 8 files come back in all), so that a later call that carries them resumes the cells.
+# Here: cat ckpts.tgz.part-* | tar xz
+ckpts=$(ls results/*/"$scale"/*.ckpt 2>/dev/null)
+if [ -n "$ckpts" ]; then
+    tar cz $ckpts | split -b 15M - "$OUT/ckpts.tgz.part-"
+    echo "checkpoints $(echo $ckpts) -> $(cd "$OUT" && echo ckpts.tgz.part-*)" | tee -a "$log"
+fi
