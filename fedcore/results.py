@@ -205,13 +205,15 @@ def _legend_or_empty(ax, runs: dict, **legend_kw) -> None:
 
 
 def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: float | None = None,
-                  paper_rounds: dict[str, float] | None = None, ylim=None) -> None:
-    """Test accuracy vs round per run; the target as a grey line; the paper's rounds-to-target as markers."""
+                  paper_rounds: dict[str, float] | None = None, ylim=None,
+                  colors: dict[str, str] | None = None) -> None:
+    """Test accuracy vs round per run; the target as a grey line; the paper's rounds-to-target as markers.
+    `colors` (label -> colour) keeps a run's colour across panels that show different subsets of runs."""
     last = max((r["round"] for d in runs.values() for r in d["rounds"]), default=1)
     beyond = []
     for label, doc in runs.items():
         pts = [(r["round"], r[key]) for r in doc["rounds"] if r.get(key) is not None]
-        line, = ax.plot(*zip(*pts), label=label, lw=1.5)
+        line, = ax.plot(*zip(*pts), label=label, lw=1.5, color=(colors or {}).get(label))
         paper = (paper_rounds or {}).get(label)
         if paper is not None and target is not None:
             if paper <= last:
@@ -230,12 +232,13 @@ def plot_accuracy(ax, runs: dict[str, dict], *, key: str = "test_acc", target: f
     _legend_or_empty(ax, runs, fontsize=8)
 
 
-def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True, group: tuple | None = None) -> None:
+def plot_norms(ax, runs: dict[str, dict], *, which=("N", "E"), log: bool = True, group: tuple | None = None,
+               colors: dict[str, str] | None = None) -> None:
     """FedNNNN's NWDA: N = ||sum p_k Delta_k|| (solid) and E = sum p_k ||Delta_k|| (dashed) per round;
-    `group=("kinds", "conv")` plots one layer kind or layer."""
+    `group=("kinds", "conv")` plots one layer kind or layer; `colors` as in plot_accuracy."""
     styles = {"N": "-", "E": "--", "server_step": ":", "step": ":"}
     for i, (label, doc) in enumerate(runs.items()):
-        color = f"C{i}"
+        color = (colors or {}).get(label, f"C{i}")
         for name in which:
             pts = []
             for r in doc["rounds"][1:]:

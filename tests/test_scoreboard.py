@@ -234,3 +234,24 @@ def test_the_training_set_sizes_behind_u_are_the_datasets_own():
         pytest.skip("no dataset under the data root")
     for name in offline:
         assert len(data.load(name).train_y) == data.TRAIN_SIZES[name], name
+
+
+def test_curve_plots_keep_a_runs_colour_across_panels_that_show_different_runs():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def doc(scale):
+        return {"rounds": [{"round": r, "test_acc": 0.5 * scale, "N": scale, "E": 2 * scale} for r in range(3)]}
+
+    colors = {"single-client": "C0", "iid": "C1", "noniid": "C2"}
+    fig, (left, mid, right) = plt.subplots(1, 3)
+    results.plot_norms(left, {"single-client": doc(1), "iid": doc(2), "noniid": doc(3)}, colors=colors)
+    results.plot_norms(mid, {"iid": doc(2), "noniid": doc(3)}, colors=colors)  # a scale without the first cell
+    results.plot_accuracy(right, {"iid": doc(2), "noniid": doc(3)}, colors=colors)
+    for ax in (left, mid, right):
+        for line in ax.lines:
+            run = line.get_label().split()[0]
+            assert matplotlib.colors.same_color(line.get_color(), colors[run])
+    plt.close(fig)
