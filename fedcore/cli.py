@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
     rep.add_argument("--only", nargs="+", metavar="CELL", help="run only these cells")
     rep.add_argument("--jobs", type=int, default=1, help="cells run in parallel processes (default: 1)")
+    rep.add_argument("--alongside", type=int, default=0, metavar="N",
+                     help="runs outside this command sharing the machine, e.g. another reproduce; recorded "
+                          "with each run (parallel_runs = jobs + N), as they stretch its wall time (default: 0)")
     rep.add_argument("--lr-grid", type=float, nargs="+", metavar="LR",
                      help="replace every cell's learning-rate grid: " + LR_GRID_HELP)
     rep.add_argument("--list", action="store_true", help="list experiments and how many runs are done")
@@ -151,11 +154,14 @@ def _main(args: argparse.Namespace) -> int:
                                   + ", ".join(experiments.names()))
             if args.jobs < 1:
                 raise ConfigError(f"--jobs must be >= 1; got {args.jobs}")
+            if args.alongside < 0:
+                raise ConfigError(f"--alongside must be >= 0; got {args.alongside}")
             if args.scoreboard:
                 exp = experiments.load(args.name, args.scale, lr_grid=_check_lr_grid(args.lr_grid))
             else:
                 exp = reproduce.reproduce(args.name, args.scale, device=args.device, only=args.only,
-                                          jobs=args.jobs, lr_grid=_check_lr_grid(args.lr_grid))
+                                          jobs=args.jobs, alongside=args.alongside,
+                                          lr_grid=_check_lr_grid(args.lr_grid))
             print(scoreboard.format_text(exp, scoreboard.compare(exp)))
         elif args.command == "bench":
             from fedcore import bench

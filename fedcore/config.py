@@ -134,7 +134,7 @@ class Runtime:
     resume: bool = False
     progress: bool = True  # a progress bar per run, named after its results file
     progress_line: int = 0  # the bar's terminal line: parallel runs (reproduce --jobs) each take their own
-    parallel_runs: int = 1  # runs sharing the machine (reproduce --jobs); recorded: it stretches wall times
+    parallel_runs: int = 1  # runs sharing the machine (reproduce --jobs + --alongside); recorded: it stretches wall times
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):

@@ -152,8 +152,11 @@ def _copy_identical_runs(todo: list[RunStatus], results_dir: Path, log) -> list[
 
 
 def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | None = None, jobs: int = 1,
-              lr_grid: tuple[float, ...] | None = None, results_dir: Path = RESULTS_DIR,
+              alongside: int = 0, lr_grid: tuple[float, ...] | None = None, results_dir: Path = RESULTS_DIR,
               experiments_dir: Path = experiments.EXPERIMENTS_DIR, log=print) -> experiments.Experiment:
+    """Run the cells of experiment `name` at `scale` that have no current results, `jobs` at a time.
+    `alongside`: runs outside this call that share the machine (other `reproduce` processes), added to
+    `jobs` in each run's recorded parallel_runs, since sharing stretches wall times."""
     exp = experiments.load(name, scale, experiments_dir, lr_grid=lr_grid)
     cells = [c for c in exp.cells if not only or c.name in only or c.setting in only]  # a setting: all its seeds
     if only and not cells:
@@ -174,7 +177,7 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
         try:
             for i, st in enumerate(todo, 1):
                 log(f"[{i}/{len(todo)}] {st.run_id}")
-                _run_one(st.config, str(st.path), device, 0, True)
+                _run_one(st.config, str(st.path), device, 0, True, 1 + alongside)
         except errors.RunInterrupted:
             raise errors.ReproduceInterrupted() from None
     else:
@@ -182,7 +185,8 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
         ctx = get_context("spawn")
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
                                  initargs=(ctx.Value("i", 0), ctx.RLock())) as pool:
-            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, True, jobs) for st in todo]
+            sharing = min(jobs, len(todo)) + alongside  # a pool with fewer cells than jobs runs fewer at once
+            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, True, sharing) for st in todo]
             interrupted = False
             try:
                 for i, f in enumerate(as_completed(futures), 1):  # as they finish: a long run hides no others

@@ -289,3 +289,22 @@ def test_only_a_setting_runs_all_its_seeds(tmp_path):
     reproduce.reproduce("tiny", "smoke", device="cpu", only=["b"], results_dir=results_dir, experiments_dir=exps,
                         log=lambda *a: None)
     assert sorted(p.name for p in (results_dir / "tiny" / "smoke").glob("*.json")) == ["b-seed0.json", "b-seed1.json"]
+
+
+def test_runs_record_the_runs_that_shared_the_machine_with_them(tmp_path):
+    exps = _tiny(tmp_path, rounds=1)
+    results_dir = tmp_path / "results"
+    run = functools.partial(reproduce.reproduce, "tiny", "smoke", device="cpu", results_dir=results_dir,
+                            experiments_dir=exps, log=lambda *a: None)
+    run(alongside=2)
+    assert results.load(results_dir / "tiny" / "smoke" / "a.json")["env"]["parallel_runs"] == 3  # itself + 2
+    run(jobs=4, alongside=1, lr_grid=(0.02, 0.03))  # two new runs: a pool of 4 runs only 2 at once
+    docs = [results.load(path) for path in (results_dir / "tiny" / "smoke").glob("a--lr*.json")]
+    assert [doc["env"]["parallel_runs"] for doc in docs] == [3, 3]
+
+
+def test_alongside_must_not_be_negative(capsys):
+    from fedcore import cli
+
+    assert cli.main(["reproduce", "tiny", "--alongside", "-1"]) != 0
+    assert "--alongside must be >= 0" in capsys.readouterr().err

@@ -43,14 +43,20 @@ while [ $# -gt 0 ]; do
     shift
 done
 # NAME runs all of an experiment's cells, NAME:CELL,CELL only those (with one process per cell named);
-# PARALLEL=1 runs the experiments side by side instead of one after another.
+# PARALLEL=1 runs the experiments side by side instead of one after another, and each records the
+# processes of the others as sharing the GPU (--alongside).
+processes() { if [[ $1 == *:* ]]; then local cells=${1#*:}; echo $(( $(tr -cd , <<< "$cells" | wc -c) + 1 )); else echo "$jobs"; fi; }
+all_processes=0
+for spec in "$@"; do all_processes=$((all_processes + $(processes "$spec"))); done
 run_experiment() {
-    local name=${1%%:*} cells=() n=$jobs
-    if [[ $1 == *:* ]]; then IFS=, read -r -a cells <<< "${1#*:}"; n=${#cells[@]}; fi
+    local name=${1%%:*} cells=() n alongside=0
+    n=$(processes "$1")
+    if [[ $1 == *:* ]]; then IFS=, read -r -a cells <<< "${1#*:}"; fi
+    [ "${PARALLEL:-0}" = 1 ] && alongside=$((all_processes - n))
     echo "== $1: $(left) s left" | tee -a "$log"
     # SIGTERM: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
     timeout -k 30 "$(left)" $python -m fedcore reproduce "$name" --scale "$scale" --device "$device" \
-        --jobs "$n" ${cells[@]:+--only "${cells[@]}"} 2>&1 | tee -a "$log"
+        --jobs "$n" --alongside "$alongside" ${cells[@]:+--only "${cells[@]}"} 2>&1 | tee -a "$log"
 }
 side_by_side=()
 for spec in "$@"; do
