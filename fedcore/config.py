@@ -17,6 +17,7 @@ from fedcore.errors import ConfigError
 
 PARTITIONS = ("iid", "shards", "power_law", "lognormal", "dirichlet")
 WEIGHTINGS = ("samples", "uniform")
+PRECISIONS = ("fp32", "bf16")
 
 
 def _help(text: str, **kw):
@@ -65,6 +66,9 @@ class RunConfig:
                              "(McMahan replication poster sec. 2.4)", default=0.0)
     inputs: str = _help("input scaling: standardized (pixels in [0, 1], then per-channel mean and std of the "
                         "training set) or unit (pixels in [0, 1] only)", default="standardized")
+    precision: str = _help("local training arithmetic: fp32, or bf16 (autocast: the clients' matmuls and "
+                           "convolutions in bfloat16, weights and updates in fp32; evaluation stays fp32)",
+                           default="fp32")
     train_subset: int = _help("use a random subset of this many training examples (0 = all)", default=0)
     test_subset: int = _help("use a random subset of this many test examples (0 = all)", default=0)
 
@@ -81,6 +85,7 @@ class RunConfig:
         need(self.partition in PARTITIONS, "partition", "one of " + ", ".join(PARTITIONS))
         need(self.weighting in WEIGHTINGS, "weighting", "one of " + ", ".join(WEIGHTINGS))
         need(self.inputs in data.INPUT_SCALINGS, "inputs", "one of " + ", ".join(data.INPUT_SCALINGS))
+        need(self.precision in PRECISIONS, "precision", "one of " + ", ".join(PRECISIONS))
         need(self.clients >= 1, "clients", ">= 1")
         need(0.0 <= self.fraction <= 1.0, "fraction", "in [0, 1] (0 means one client per round)")
         need(self.local_epochs >= 1, "local-epochs", ">= 1")

@@ -169,9 +169,10 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
             def train(start, start_buffers, ids, anchor=None, grad_shift=None, prox_mu=0.0):
                 ids = ids.tolist()
                 gens = [seeding.generator(cfg.seed, "client_batches", t, i) for i in ids]
-                return train_cohort(model, start, start_buffers, [parts[i] for i in ids], ds,
-                                    dataclasses.replace(local, prox_mu=prox_mu), gens,
-                                    anchor=anchor, grad_shift=grad_shift, client_chunk=runtime.client_chunk)
+                with torch.autocast(ds.train_x.device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+                    return train_cohort(model, start, start_buffers, [parts[i] for i in ids], ds,
+                                        dataclasses.replace(local, prox_mu=prox_mu), gens,
+                                        anchor=anchor, grad_shift=grad_shift, client_chunk=runtime.client_chunk)
 
             inputs = algorithms.RoundInputs(t, lr_t, lr_t / cfg.lr_decay if t > 1 else lr_t,
                                             sample_clients(cfg, t), cfg.clients, cfg.weighting, train,

@@ -56,6 +56,13 @@ def test_unit_inputs_feed_the_network_pixels_in_0_1_and_change_the_run(tmp_path)
     assert _numbers(_run(tmp_path, "unit.json", inputs="unit")) != _numbers(_run(tmp_path, "std.json"))
 
 
+def test_bf16_precision_trains_in_bfloat16_and_still_learns(tmp_path):
+    bf16, fp32 = _run(tmp_path, "bf16.json", precision="bf16"), _run(tmp_path, "fp32.json")
+    assert bf16["config"]["precision"] == "bf16" and fp32["config"]["precision"] == "fp32"
+    assert _numbers(bf16) != _numbers(fp32)  # the clients' arithmetic did change
+    assert abs(bf16["rounds"][-1]["test_acc"] - fp32["rounds"][-1]["test_acc"]) < 0.05
+
+
 def test_fedsgd_with_every_client_is_full_batch_gradient_descent_whatever_the_split(tmp_path):
     # With C = 1, B = inf, E = 1 and weights n_k/n, sum_k (n_k/n) grad F_k(w) is the gradient over all the
     # data: the split cannot matter (McMahan Table 1's C = 1.0 FedSGD cells, IID and non-IID, must agree).

@@ -37,3 +37,15 @@ def test_every_algorithm_runs_on_cuda(name, tmp_path):
                     gamma=0.5, noise_std=0.001)
     doc = experiment.run(cfg, Runtime(device="cuda", out=tmp_path / "r.json", progress=False))
     assert doc["env"]["device"].startswith("cuda") and doc["rounds"][-1]["test_acc"] > 0.1
+
+
+def test_bf16_precision_runs_on_cuda_and_learns_as_fp32_does(tmp_path):
+    docs = {}
+    for precision in ("fp32", "bf16"):
+        cfg = RunConfig(model="fednnnn_mnist", clients=10, fraction=0.5, batch_size=20, lr=0.05, rounds=2,
+                        train_subset=2000, test_subset=500, precision=precision)
+        docs[precision] = experiment.run(cfg, Runtime(device="cuda", out=tmp_path / f"{precision}.json",
+                                                      progress=False))
+    accs = {p: [r["test_acc"] for r in doc["rounds"]] for p, doc in docs.items()}
+    assert accs["bf16"] != accs["fp32"] or docs["bf16"]["rounds"][-1]["N"] != docs["fp32"]["rounds"][-1]["N"]
+    assert accs["bf16"][-1] > 0.3 and abs(accs["bf16"][-1] - accs["fp32"][-1]) < 0.05  # chance: 0.1

@@ -65,7 +65,7 @@ for spec in "$@"; do
 done
 [ ${#side_by_side[@]} -eq 0 ] || wait "${side_by_side[@]}"
 kill "$util_logger" 2>/dev/null
-tar czf "$OUT/results.tgz" --exclude="*.ckpt" $(ls -d results/*/"$scale" 2>/dev/null) benchmarks
+tar czf "$OUT/results.tgz" --exclude="*.ckpt" $(ls -d results/*/"$scale" runs 2>/dev/null) benchmarks
 echo "packed $(tar tzf "$OUT/results.tgz" | grep -c '\.json$') json files in $((SECONDS - start)) s" | tee -a "$log"
 # Cells cut off by the budget: their checkpoints in one archive, split into 15 MiB parts (a returned file
 # may have 16 MiB, and 8 files come back in all), so that a later call that carries them resumes the cells.
