@@ -13,9 +13,19 @@ from tests.helpers import mnist_subset, needs_mnist
 pytestmark = [pytest.mark.gpu, needs_mnist]
 
 
+@pytest.fixture
+def full_fp32_convolutions():
+    """cuDNN convolutions round to TF32 by default (10-bit mantissas), and batched and plain convolutions pick
+    different kernels: an H100 lease saw 1.7e-3 between them. The equivalence is checked in full fp32."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("batching", ["stacked", "vmap"])
 @pytest.mark.parametrize("name", ["mcmahan_2nn", "fednnnn_mnist"])
-def test_engine_matches_plain_loop_on_cuda(name, batching):
+def test_engine_matches_plain_loop_on_cuda(name, batching, full_fp32_convolutions):
     data = mnist_subset(120, 10).to("cuda")
     model = models.build(name).cuda()
     parts = list(torch.arange(120, device="cuda").split([50, 37, 33]))
@@ -27,7 +37,7 @@ def test_engine_matches_plain_loop_on_cuda(name, batching):
         ref, _, _ = train_client_reference(model, P.row(start, i), P.row(sb, i), ix, data, cfg,
                                            torch.Generator().manual_seed(i))
         err = P.norm(P.sub(P.row(fast.params, i), ref)) / P.norm(P.sub(ref, P.row(start, i)))
-        assert err <= 1e-4  # TF32 and kernel choice differ between batched and plain convolutions
+        assert err <= 1e-4  # fp32 rounding, summed in another order by the batched kernels
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
