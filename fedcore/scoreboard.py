@@ -353,11 +353,16 @@ def for_display(table):
     return table.astype(object).where(table.notna(), "")
 
 
+def runs_per_scale(name: str, scale: str, page_runs: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """The runs of experiment `name` for each scale a page shows (`scales_to_show`): the page's own
+    (`page_runs`, already loaded at `scale`, with any run the reader added) and the committed paper-scale ones."""
+    return {s: page_runs if s == scale else reproduce.load_runs(name, s) for s in scales_to_show([name], scale)}
+
+
 def figure_runs(name: str, scale: str, page_runs: dict[str, dict]) -> tuple[str, dict[str, dict]]:
-    """What a page's figure of experiment `name` draws: its paper-scale runs once any are committed, else the
+    """What a page's one figure of experiment `name` draws: its paper-scale runs once any are committed, else the
     page's own (`page_runs`, already loaded at `scale`). Returns (that scale, its runs)."""
-    fig_scale = scales_to_show([name], scale)[-1]
-    return fig_scale, (page_runs if fig_scale == scale else reproduce.load_runs(name, fig_scale))
+    return list(runs_per_scale(name, scale, page_runs).items())[-1]
 
 
 def page_table(exp: experiments.Experiment):

@@ -22,6 +22,18 @@ def test_a_page_shows_committed_paper_scale_runs_beside_its_own_scale(monkeypatc
     assert len(captions) == 2 and "at paper scale" in captions[1] and "scale: paper" in captions[1]
 
 
+def test_a_figure_draws_the_pages_own_runs_and_the_committed_paper_scale_ones():
+    with_paper = next(n for n in ALL if reproduce.load_runs(n, "paper"))
+    without = next(n for n in ALL if not reproduce.load_runs(n, "paper"))
+    page_runs = {"a run the reader added": {}}
+    shown = scoreboard.runs_per_scale(with_paper, "cpu", page_runs)
+    assert list(shown) == ["cpu", "paper"] and shown["cpu"] is page_runs
+    assert shown["paper"].keys() == reproduce.load_runs(with_paper, "paper").keys()
+    assert scoreboard.figure_runs(with_paper, "cpu", page_runs)[0] == "paper"
+    assert scoreboard.runs_per_scale(without, "cpu", page_runs) == {"cpu": page_runs}
+    assert scoreboard.figure_runs(without, "cpu", page_runs) == ("cpu", page_runs)
+
+
 def test_ours_vs_paper_plot_puts_one_sided_cells_on_the_edge_and_leaves_out_cells_not_run_or_unpublished():
     import matplotlib
     import pandas as pd

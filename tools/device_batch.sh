@@ -45,13 +45,16 @@ done
 # NAME runs all of an experiment's cells, NAME:CELL,CELL only those (with one process per cell named);
 # PARALLEL=1 runs the experiments side by side instead of one after another, and each records the
 # processes of the others as sharing the GPU (--alongside).
-processes() { if [[ $1 == *:* ]]; then local cells=${1#*:}; echo $(( $(tr -cd , <<< "$cells" | wc -c) + 1 )); else echo "$jobs"; fi; }
-all_processes=0
-for spec in "$@"; do all_processes=$((all_processes + $(processes "$spec"))); done
-run_experiment() {
-    local name=${1%%:*} cells=() n alongside=0
-    n=$(processes "$1")
+parse_spec() {  # sets name, cells (those named, else none) and n (the processes it runs); callers may make them local
+    name=${1%%:*} cells=()
     if [[ $1 == *:* ]]; then IFS=, read -r -a cells <<< "${1#*:}"; fi
+    n=$(( ${#cells[@]} > 0 ? ${#cells[@]} : jobs ))
+}
+all_processes=0
+for spec in "$@"; do parse_spec "$spec"; all_processes=$((all_processes + n)); done
+run_experiment() {
+    local name cells n alongside=0
+    parse_spec "$1"
     [ "${PARALLEL:-0}" = 1 ] && alongside=$((all_processes - n))
     echo "== $1: $(left) s left" | tee -a "$log"
     # SIGTERM: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
