@@ -194,12 +194,14 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
             if diverged or (cfg.stop_at_target and _all_targets_reached(cfg, history)):
                 break
             if runtime.checkpoint_every and t % runtime.checkpoint_every == 0 and t < cfg.rounds:
+                segs = segments(t)  # timed before the total, so the segments never add up to more than it
                 checkpoint.save(ckpt_path, config=cfg.to_dict(), round=t, state=state, history=history,
-                                wall_s=elapsed(), segments=segments(t))
+                                wall_s=elapsed(), segments=segs)
     except KeyboardInterrupt:
         history = [r for r in history if r["round"] <= committed_round]  # drop a half-recorded round
+        segs = segments(committed_round)
         checkpoint.save(ckpt_path, config=cfg.to_dict(), round=committed_round, state=state, history=history,
-                        wall_s=elapsed(), segments=segments(committed_round))
+                        wall_s=elapsed(), segments=segs)
         raise RunInterrupted(committed_round, ckpt_path) from None
     finally:
         bar.close()

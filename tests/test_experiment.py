@@ -145,7 +145,8 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     assert (first["rounds"], second["rounds"]) == ([0, 3], [4, 5])
     assert second["git_commit"] == resumed["env"]["git_commit"] and second["start_time"] == resumed["env"]["start_time"]
     assert first["start_time"] <= second["start_time"] and first["device_name"] == second["device_name"]
-    assert first["wall_s"] + second["wall_s"] <= resumed["summary"]["total_wall_s"] + 1e-3
+    # each of the three is rounded to the millisecond on its own: their sums may differ by up to 1.5 ms
+    assert first["wall_s"] + second["wall_s"] <= resumed["summary"]["total_wall_s"] + 1.5e-3
 
 
 def test_a_checkpoint_from_before_segments_were_recorded_resumes_and_says_what_is_unknown(tmp_path, monkeypatch):
