@@ -142,6 +142,11 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
                 "wall_s": round(time.perf_counter() - t0, 3)}
         return earlier_segments + ([this] if last_round >= first else [])
 
+    def save_checkpoint(last_round: int, state, history: list[dict]) -> None:
+        segs = segments(last_round)  # timed before the total, so the segments never add up to more than it
+        checkpoint.save(ckpt_path, config=cfg.to_dict(), round=last_round, state=state, history=history,
+                        wall_s=elapsed(), segments=segs)
+
     def evaluate_into(record: dict, state) -> None:
         done = {}  # algorithms whose evaluated and distributed models coincide are evaluated once
         for label, (p, b) in algo.eval_models(state).items():
@@ -194,14 +199,10 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
             if diverged or (cfg.stop_at_target and _all_targets_reached(cfg, history)):
                 break
             if runtime.checkpoint_every and t % runtime.checkpoint_every == 0 and t < cfg.rounds:
-                segs = segments(t)  # timed before the total, so the segments never add up to more than it
-                checkpoint.save(ckpt_path, config=cfg.to_dict(), round=t, state=state, history=history,
-                                wall_s=elapsed(), segments=segs)
+                save_checkpoint(t, state, history)
     except KeyboardInterrupt:
         history = [r for r in history if r["round"] <= committed_round]  # drop a half-recorded round
-        segs = segments(committed_round)
-        checkpoint.save(ckpt_path, config=cfg.to_dict(), round=committed_round, state=state, history=history,
-                        wall_s=elapsed(), segments=segs)
+        save_checkpoint(committed_round, state, history)
         raise RunInterrupted(committed_round, ckpt_path) from None
     finally:
         bar.close()
