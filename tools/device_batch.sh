@@ -1,6 +1,7 @@
 #!/bin/bash
 # Paper-scale runs on the lent accelerator; see DEVELOPERS.md ("A lease on the accelerator").
-#   usage (there): bash tools/device_batch.sh [--tests] [--bench] [--switches] [--profile] EXPERIMENT[:CELL,...]...
+#   usage (there): bash tools/device_batch.sh [--tests] [--bench] [--switches] [--profile] \
+#                      EXPERIMENT[:CELL,...][@LR,...][*PROCESSES]...
 # --tests runs the CUDA tests (nothing else runs if they fail), --bench the engine benchmark
 # (benchmarks/engine-cuda.json), --switches the engine under cuDNN autotuning, TF32 matmuls and bf16
 # autocast (benchmarks/engine-cuda-switches.json), --profile the profiler's top operators; GPU utilisation
@@ -16,12 +17,16 @@ jobs=${JOBS:-4}
 scale=${SCALE:-paper} device=${DEVICE:-cuda} python=${PYTHON:-python3}   # overridable to try it on a CPU
 start=$SECONDS
 log="$OUT/log.txt"
+# A second call on the still-warm machine (within 30 s) gets a fresh copy of the working tree: KEEP names
+# an archive outside the checkout that carries this call's results/ (runs done, checkpoints) to the next.
+keep=${KEEP:-/tmp/device-results.tar}
+[ -f "$keep" ] && tar xf "$keep" && echo "restored the last call's results from $keep" | tee "$log"
 
 mkdir -p /tmp/data/MNIST/raw
 cp .device/MNIST/*.gz /tmp/data/MNIST/raw/ && gunzip -f /tmp/data/MNIST/raw/*.gz || exit 1
 export FEDCORE_DATA=/tmp/data PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 export FEDCORE_GIT_COMMIT=$(cat .device/commit 2>/dev/null || echo unknown)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$log"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$log"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 10 > "$OUT/gpu-util.csv" 2>&1 &
 util_logger=$!
 $python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)" \
@@ -43,23 +48,29 @@ while [ $# -gt 0 ]; do
     shift
 done
 # NAME runs all of an experiment's cells, NAME:CELL,CELL only those (with one process per cell named);
-# PARALLEL=1 runs the experiments side by side instead of one after another, and each records the
+# @LR,LR runs only those learning rates (--lr-grid) and *N runs N processes (a cell's rates are separate
+# runs). PARALLEL=1 runs the experiments side by side instead of one after another, and each records the
 # processes of the others as sharing the GPU (--alongside).
-parse_spec() {  # sets name, cells (those named, else none) and n (the processes it runs); callers may make them local
-    name=${1%%:*} cells=()
-    if [[ $1 == *:* ]]; then IFS=, read -r -a cells <<< "${1#*:}"; fi
-    n=$(( ${#cells[@]} > 0 ? ${#cells[@]} : jobs ))
+parse_spec() {  # sets name, cells, lrs (those named, else none) and n (the processes it runs); callers may make them local
+    local spec=$1 procs=""
+    [[ $spec == *\** ]] && procs=${spec##*\*} spec=${spec%\**}
+    lrs=() cells=()
+    if [[ $spec == *@* ]]; then IFS=, read -r -a lrs <<< "${spec#*@}"; spec=${spec%%@*}; fi
+    name=${spec%%:*}
+    if [[ $spec == *:* ]]; then IFS=, read -r -a cells <<< "${spec#*:}"; fi
+    n=${procs:-$(( ${#cells[@]} > 0 ? ${#cells[@]} : jobs ))}
 }
 all_processes=0
 for spec in "$@"; do parse_spec "$spec"; all_processes=$((all_processes + n)); done
 run_experiment() {
-    local name cells n alongside=0
+    local name cells lrs n alongside=0
     parse_spec "$1"
     [ "${PARALLEL:-0}" = 1 ] && alongside=$((all_processes - n))
     echo "== $1: $(left) s left" | tee -a "$log"
     # SIGTERM: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
     timeout -k 30 "$(left)" $python -m fedcore reproduce "$name" --scale "$scale" --device "$device" \
-        --jobs "$n" --alongside "$alongside" ${cells[@]:+--only "${cells[@]}"} 2>&1 | tee -a "$log"
+        --jobs "$n" --alongside "$alongside" ${cells[@]:+--only "${cells[@]}"} ${lrs[@]:+--lr-grid "${lrs[@]}"} \
+        2>&1 | tee -a "$log"
 }
 side_by_side=()
 for spec in "$@"; do
@@ -68,6 +79,7 @@ for spec in "$@"; do
 done
 [ ${#side_by_side[@]} -eq 0 ] || wait "${side_by_side[@]}"
 kill "$util_logger" 2>/dev/null
+tar cf "$keep" results
 tar czf "$OUT/results.tgz" --exclude="*.ckpt" $(ls -d results/*/"$scale" runs 2>/dev/null) benchmarks
 echo "packed $(tar tzf "$OUT/results.tgz" | grep -c '\.json$') json files in $((SECONDS - start)) s" | tee -a "$log"
 # Cells cut off by the budget: their checkpoints in one archive, split into 15 MiB parts (a returned file
