@@ -85,7 +85,7 @@ echo "packed $(tar tzf "$OUT/results.tgz" | grep -c '\.json$') json files in $((
 # Cells cut off by the budget: their checkpoints in one archive, split into 15 MiB parts (a returned file
 # may have 16 MiB, and 8 files come back in all), so that a later call that carries them resumes the cells.
 # Here: cat ckpts.tgz.part-* | tar xz
-ckpts=$(ls results/*/"$scale"/*.ckpt 2>/dev/null)
+ckpts=$(for c in results/*/"$scale"/*.ckpt; do [ -f "$c" ] && [ ! -f "${c%.ckpt}" ] && echo "$c"; done)  # not of runs done
 if [ -n "$ckpts" ]; then
     tar cz $ckpts | split -b 15M - "$OUT/ckpts.tgz.part-"
     echo "checkpoints $(echo $ckpts) -> $(cd "$OUT" && echo ckpts.tgz.part-*)" | tee -a "$log"
