@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import active_children, get_context
@@ -74,15 +75,58 @@ def set_aside(path: Path, why: str) -> Path:
 
 
 # A worker process's view of an interruption. The pool hands each worker its next cell before the last
-# one ends, so after a signal a worker must also refuse the cells already handed to it.
-_worker = {"running": False, "stopping": False, "line": 0}
+# one ends, so after a signal a worker must also refuse the cells already handed to it. `drawing` counts
+# the main thread's holds on the bar lock (`_BarLock`); `deferred` is an interrupt waiting for their end.
+_worker = {"running": False, "stopping": False, "line": 0, "drawing": 0, "deferred": False}
 
 
 def _on_signal_in_worker(signum, frame) -> None:
     first = not _worker["stopping"]  # a second signal (Ctrl-C, then the parent's forward) must not cut the checkpoint
     _worker["stopping"] = True
     if _worker["running"] and first:
-        raise KeyboardInterrupt  # the cell in flight checkpoints and stops
+        if _worker["drawing"]:
+            _worker["deferred"] = True  # raised by _BarLock.release
+        else:
+            raise KeyboardInterrupt  # the cell in flight checkpoints and stops
+
+
+class _BarLock:
+    """The progress-bar lock the workers share, held safe from the interrupt above. tqdm takes its lock and
+    releases it without try/finally (`refresh`), so a KeyboardInterrupt raised while a bar draws would keep
+    the lock held for good, and the other workers' bars, their close() after the interrupt included, would
+    wait on it forever. So while the main thread (the one signal handlers run in) holds the lock, or waits
+    for it, its interrupt waits, and is raised once the lock is released."""
+
+    def __init__(self, lock):
+        self._lock = lock
+
+    def acquire(self, *args, **kwargs) -> bool:
+        counted = threading.current_thread() is threading.main_thread()
+        _worker["drawing"] += counted  # before the acquire: an interrupt just after it must already wait
+        got = False
+        try:
+            got = self._lock.acquire(*args, **kwargs)
+        finally:
+            if counted and not got:
+                self._leave()
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+        if threading.current_thread() is threading.main_thread():
+            self._leave()
+
+    def _leave(self) -> None:
+        _worker["drawing"] -= 1
+        if not _worker["drawing"] and _worker["deferred"]:
+            _worker["deferred"] = False
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def _init_worker(next_line, write_lock) -> None:
@@ -95,7 +139,7 @@ def _init_worker(next_line, write_lock) -> None:
     with next_line.get_lock():
         _worker["line"] = next_line.value
         next_line.value += 1
-    tqdm.set_lock(write_lock)
+    tqdm.set_lock(_BarLock(write_lock))
     signal.signal(signal.SIGINT, _on_signal_in_worker)
     signal.signal(signal.SIGTERM, _on_signal_in_worker)
     try:

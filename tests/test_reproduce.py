@@ -2,13 +2,16 @@
 published values line up with cells, and the store survives kills, corruption and config changes."""
 
 import functools
+import io
 import json
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -219,6 +222,33 @@ def test_sigterm_stops_a_parallel_reproduce_without_starting_queued_runs(tmp_pat
     assert "ReproduceInterrupted" in err
     started = {p.name.split(".json")[0] for p in folder.iterdir()}
     assert started == {"a--lr0.01", "a--lr0.02"}  # the two in flight checkpointed; the queued two never began
+
+
+def test_an_interrupt_while_a_worker_draws_its_bar_leaves_the_bar_lock_free_for_the_others(monkeypatch):
+    # tqdm's refresh() releases its lock without try/finally: a KeyboardInterrupt raised inside display() would
+    # keep the lock the workers share held for good, and the other workers' bars would wait on it forever
+    from tqdm.auto import tqdm
+
+    shared = multiprocessing.get_context("spawn").RLock()
+    for key, value in {"running": True, "stopping": False, "drawing": 0, "deferred": False}.items():
+        monkeypatch.setitem(reproduce._worker, key, value)
+    monkeypatch.setattr(tqdm, "_lock", reproduce._BarLock(shared), raising=False)
+    bar = tqdm(total=3, file=io.StringIO())
+    bar.display = lambda *a, **k: signal.raise_signal(signal.SIGTERM)  # killed mid-draw
+    saved = signal.signal(signal.SIGTERM, reproduce._on_signal_in_worker)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bar.refresh()
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+        del bar.display
+        bar.close()
+    free = []  # another thread stands for another worker: an RLock is re-entrant for its owner
+    other = threading.Thread(target=lambda: free.append(shared.acquire(block=False)))
+    other.start()
+    other.join()
+    assert free == [True]
+    assert reproduce._worker["drawing"] == 0 and not reproduce._worker["deferred"]
 
 
 @needs_mnist
