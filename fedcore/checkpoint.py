@@ -63,6 +63,11 @@ def load(path: Path, *, config: dict, state_type, device: torch.device) -> dict:
     return payload
 
 
+def evaluations(path: Path) -> list[tuple[int, float]]:
+    """(round, test accuracy) of every evaluation the checkpointed run has made so far."""
+    return [(h["round"], h["test_acc"]) for h in _read(path, "cpu")["history"] if h.get("test_acc") is not None]
+
+
 def describe(path: Path, *, brief: bool = False) -> str:
     """Where a checkpointed run stands: 'round R of N', then, unless brief, its time so far and the commit and
     machine that ran its last rounds (resume it at that commit, so that its results name the code)."""

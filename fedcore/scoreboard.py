@@ -18,6 +18,31 @@ def _cell_value(exp: experiments.Experiment, doc: dict, key: str):
     return doc["summary"]["rounds_to_target"].get(key, {}).get(exp.rule)
 
 
+def _cannot_change(exp: experiments.Experiment, best: reproduce.RunStatus, statuses: list) -> str:
+    """"; final for this grid, ..." when no unfinished learning rate can beat the best any more: each is
+    checkpointed below the target at an evaluation past the best's rounds, and under either rule it reaches
+    the target only after that evaluation, so running it on cannot change our number (it still runs, to
+    complete the grid)."""
+    best_rounds = _cell_value(exp, best.doc, exp.columns[0]) if exp.metric == "rounds_to_target" else None
+    if best_rounds is None:
+        return ""
+    behind = []
+    for st in statuses:
+        if st.status == "done":
+            continue
+        ckpt = checkpoint.path_for(st.path)
+        try:
+            evals = checkpoint.evaluations(ckpt) if ckpt.exists() else []  # none: not started
+        except ConfigError:  # a checkpoint that cannot be read says nothing about the run
+            evals = []
+        if not evals or max(acc for _, acc in evals) >= exp.targets[0] or evals[-1][0] < best_rounds:
+            return ""
+        behind.append(f"lr {st.config.lr:g} (checkpointed) is below {100 * exp.targets[0]:g}% in round "
+                      f"{evals[-1][0]}")
+    return (f"; final for this grid, since {' and '.join(behind)}, past lr {best.config.lr:g}'s "
+            f"{round(best_rounds, 2):g} rounds")
+
+
 def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_DIR) -> list[dict]:
     """One row per (cell, paper column): paper value, ours, difference, scale, status, chosen run."""
     rows = []
@@ -37,14 +62,16 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
                           next((s.detail for s in statuses if s.status == "no-data"), "not run"))
             else:
                 # a learning-rate grid not yet run to the end: our number is the best so far, and says so
-                status = "done" if done == len(statuses) else f"partial: {done} of {len(statuses)} learning rates"
+                final = "" if done == len(statuses) else _cannot_change(exp, best, statuses)
+                status = ("done" if done == len(statuses) else
+                          f"partial: {done} of {len(statuses)} learning rates{final}")
                 if ours is None and key != "acc":
                     summary = best.doc["summary"]
                     status += (f": not reached, diverged (NaN weights) in round {summary['diverged_at_round']}"
                                if summary.get("diverged_at_round") else
                                f": not reached in {summary['rounds_completed']} rounds")
                 grid = sorted(st.config.lr for st in statuses)
-                if done == len(grid) > 2 and best.config.lr in (grid[0], grid[-1]):
+                if (done == len(grid) or final) and len(grid) > 2 and best.config.lr in (grid[0], grid[-1]):
                     # McMahan et al. checked that each best rate lay inside its grid; a cell that fails it says so
                     status += f"; best lr {best.config.lr:g} at the grid's edge"
             rows.append({

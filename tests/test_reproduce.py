@@ -1,9 +1,11 @@
 """Experiments as data, `fedcore reproduce` and the results store: every experiment's smoke scale runs,
 published values line up with cells, and the store survives kills, corruption and config changes."""
 
+import dataclasses
 import functools
 import io
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -16,7 +18,7 @@ import time
 
 import pytest
 
-from fedcore import experiments, reproduce, results, scoreboard
+from fedcore import checkpoint, experiments, reproduce, results, scoreboard
 from fedcore.errors import ConfigError
 from tests.helpers import needs_mnist
 
@@ -185,6 +187,35 @@ def test_a_learning_rate_grid_run_in_part_says_so(tmp_path):
     (results_dir / "tiny" / "smoke" / "a--lr0.1.json").unlink()
     row = scoreboard.compare(exp, results_dir)[0]
     assert row["status"].startswith("partial: 1 of 2 learning rates") and row["run"] == "a--lr0.05"
+
+
+@dataclasses.dataclass
+class _State:
+    step: int = 0
+
+
+@needs_mnist
+def test_a_partial_grid_is_final_once_the_rest_are_below_the_target_past_its_rounds(tmp_path):
+    exps, results_dir = _tiny(tmp_path), tmp_path / "results"
+    exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                              lr_grid=(0.05, 0.1), log=lambda *a: None)
+    best = scoreboard.compare(exp, results_dir)[0]
+    other = next(p for p in (results_dir / "tiny" / "smoke").glob("a--lr*.json") if p.stem != best["run"])
+    config = json.loads(other.read_text())["config"]
+    other.unlink()
+
+    def cut_off(last_round, acc):  # the other rate, checkpointed at last_round, at `acc` in every round
+        history = [{"round": r, "test_acc": acc} for r in range(last_round + 1)]
+        checkpoint.save(checkpoint.path_for(other), config=config, round=last_round, state=_State(),
+                        history=history, wall_s=1.0, segments=[])
+        return scoreboard.compare(exp, results_dir)[0]["status"]
+
+    past, before = math.floor(best["ours"]) + 1, math.ceil(best["ours"]) - 1
+    assert re.fullmatch(rf"partial: 1 of 2 learning rates; final for this grid, since lr [\d.]+ \(checkpointed\) "
+                        rf"is below 80% in round {past}, past lr [\d.]+'s {best['ours']:g} rounds",
+                        cut_off(past, 0.5))
+    assert cut_off(before, 0.5) == "partial: 1 of 2 learning rates"  # it may still get there sooner
+    assert cut_off(past, 0.9) == "partial: 1 of 2 learning rates"  # it got there: its result will say when
 
 
 @needs_mnist
