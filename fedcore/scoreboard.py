@@ -401,14 +401,16 @@ def show(name: str, scale: str, *, recompute: bool = False, device: str = "auto"
     """For notebooks: fetch `name` at `scale` (see ensure) and display its title, provenance and table (the
     paper's cells this scale leaves out included), then the same at paper scale once any of its paper-scale runs
     are committed. Returns (experiment, {cell: results doc}) at `scale`."""
+    import pandas as pd
     from IPython.display import Markdown, display
 
     exp, runs = reproduce.ensure(name, scale, recompute=recompute, device=device, log=lambda *a: None)
-    display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
-    display(page_table(exp))
-    if scales_to_show([name], scale)[1:]:
-        paper_exp, paper_runs = experiments.load(name, "paper"), reproduce.load_runs(name, "paper")
-        display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
-                         f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
-        display(page_table(paper_exp))
+    with pd.option_context("display.max_colwidth", None):  # a status says why in full, not cut at 50 characters
+        display(Markdown(f"**{exp.title}**  \n<small>{caption(exp, runs)}</small>"))
+        display(page_table(exp))
+        if scales_to_show([name], scale)[1:]:
+            paper_exp, paper_runs = experiments.load(name, "paper"), reproduce.load_runs(name, "paper")
+            display(Markdown(f"**The same table at paper scale, {len(paper_runs)} of {len(paper_exp.cells)} "
+                             f"cells run so far**  \n<small>{caption(paper_exp, paper_runs)}</small>"))
+            display(page_table(paper_exp))
     return exp, runs
