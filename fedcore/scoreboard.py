@@ -50,6 +50,8 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
         statuses = reproduce.inspect(exp, cell, results_dir)
         best = reproduce.best_run(exp, statuses)
         done = sum(s.status == "done" for s in statuses)
+        # read the unfinished rates' checkpoints once per cell, not once per column
+        final = "" if best is None or done == len(statuses) else _cannot_change(exp, best, statuses)
         for key in exp.columns:
             paper = exp.published.get(cell.name, {}).get(key)
             ours = None if best is None else _cell_value(exp, best.doc, key)
@@ -62,7 +64,6 @@ def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_D
                           next((s.detail for s in statuses if s.status == "no-data"), "not run"))
             else:
                 # a learning-rate grid not yet run to the end: our number is the best so far, and says so
-                final = "" if done == len(statuses) else _cannot_change(exp, best, statuses)
                 status = ("done" if done == len(statuses) else
                           f"partial: {done} of {len(statuses)} learning rates{final}")
                 if ours is None and key != "acc":
