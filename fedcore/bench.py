@@ -3,7 +3,9 @@
 Both paths train the same cohort (same start, data, batch order) on synthetic MNIST-shaped uint8 images:
 speed does not depend on pixel values, and the benchmark then needs no dataset on disk. Prints a table
 with the ratio and the target (issue: >= 2x for the 2NN and >= 1x for the CNNs on a 2-core CPU; >= 20x
-on an accelerator). Timings are wall-clock, best of `repeats`, after one warm-up.
+on an accelerator). Timings are wall-clock, best of `repeats`, after one warm-up. Where the engine's
+automatic batching is not vmap (stacked on CUDA, the plain loop for CNNs on the CPU) vmap is timed on the
+same cohort too: the evidence for that choice.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ CASES = (
     Case("mcmahan_2nn B=10", "mcmahan_2nn", 100, 10, cpu_target=2.0),
     Case("mcmahan_2nn B=50", "mcmahan_2nn", 100, 50, cpu_target=2.0),
     Case("mcmahan_cnn B=10", "mcmahan_cnn", 10, 10),
-    Case("mcmahan_cnn B=50", "mcmahan_cnn", 10, 50, gpu_only=True),
+    Case("mcmahan_cnn B=50", "mcmahan_cnn", 10, 50),
+    Case("mcmahan_cnn B=inf", "mcmahan_cnn", 10, 0),  # FedSGD and the B = inf cells: one 600-example batch
     Case("fednnnn_mnist B=10", "fednnnn_mnist", 10, 10),
     Case("fednnnn_mnist B=50", "fednnnn_mnist", 10, 50, gpu_only=True),
 )
@@ -210,7 +213,8 @@ def main(device: str = "auto", repeats: int = 3, only: list[str] | None = None, 
     for case in _cases(dev, only):
         r = run_case(case, dev, repeats)
         rows.append(r)
-        ok = "ok" if r["ratio"] >= r["target"] else "BELOW"
+        # the engine's CPU path for CNNs is the plain loop itself: its ratio is 1 up to timing noise
+        ok = "same path" if r["batching"] == "loop" else "ok" if r["ratio"] >= r["target"] else "BELOW"
         print(f"{r['case']:<22}{r['clients']:>8}{r['vectorized_samples_per_s']:>15,.0f}"
               f"{r['loop_samples_per_s']:>12,.0f}{r['ratio']:>7.1f}x{r['target']:>7.0f}x {ok} ({r['batching']}"
               + (f"; vmap {r['vmap_samples_per_s']:,.0f}/s)" if "vmap_samples_per_s" in r else ")"), flush=True)

@@ -14,11 +14,13 @@ The fast path trains a chunk of clients at once: the papers' models through `fed
 client's weights in one batched forward pass), others with torch.func (vmap over grad of a functional call).
 Clients of unequal size are trained exactly: at every step the active clients are grouped by their
 current batch length, so no example is padded or dropped. BatchNorm layers use each client's own batch
-statistics and update each client's own running statistics.
+statistics and update each client's own running statistics. On the CPU, convolutional models train
+client after client through the plain loop instead, which is faster there (`auto_batching`).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass
 
@@ -126,10 +128,17 @@ def _sgd_update(p: P.Params, g: P.Params, mom: P.Params | None, cfg: LocalTraini
     torch._foreach_add_(params, grads, alpha=-cfg.lr)
 
 
+BATCHINGS = ("stacked", "vmap", "loop")
+
+
 def auto_batching(model: nn.Module, device: torch.device) -> str:
-    """Stacked on CUDA where the model allows it, else vmap: on 2 CPU cores vmap measured 5-30% faster, on
-    an H100 stacked 1.1-2.2x (DEVELOPERS.md, "Engine speed")."""
-    return "stacked" if device.type == "cuda" and stacked.supports(model) else "vmap"
+    """On CUDA, stacked where the model allows it (an H100: 1.1-2.6x vmap), else vmap. On the CPU, the plain
+    loop for models with convolutions (vmap's and stacked's grouped convolutions are slower there than one
+    client's own: the loop measured 1.06-1.7x vmap), else vmap (the 2NN: 2.6-3.5x the loop). DEVELOPERS.md,
+    "Engine speed"."""
+    if device.type == "cuda":
+        return "stacked" if stacked.supports(model) else "vmap"
+    return "loop" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "vmap"
 
 
 def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, client_indices: list[torch.Tensor],
@@ -140,7 +149,8 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
 
     `client_chunk` clients are trained at once (0: automatic, see AUTO_CHUNK_*); chunks run one after
     another, so memory stays bounded whatever the cohort size. `batching` says how a chunk's gradients are
-    taken: "stacked" (fedcore.stacked), "vmap" (torch.func), or "auto" (`auto_batching`).
+    taken: "stacked" (fedcore.stacked), "vmap" (torch.func), "loop" (one client at a time through
+    `train_client_reference`; no chunks), or "auto" (`auto_batching`).
     """
     m = len(client_indices)
     sizes = [len(ix) for ix in client_indices]
@@ -148,9 +158,14 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
         raise ConfigError("a client has no training examples; use fewer --clients or another --partition")
     if batching == "auto":
         batching = auto_batching(model, data.train_x.device)
-    elif batching not in ("stacked", "vmap") or (batching == "stacked" and not stacked.supports(model)):
-        raise ConfigError(f"batching must be auto, vmap or stacked (for nn.Sequential models of the layers "
-                          f"fedcore.stacked knows); got {batching!r}")
+    elif batching not in BATCHINGS or (batching == "stacked" and not stacked.supports(model)):
+        raise ConfigError(f"batching must be auto, vmap, loop or stacked (for nn.Sequential models of the "
+                          f"layers fedcore.stacked knows); got {batching!r}")
+    if cfg.prox_mu and anchor is None:
+        anchor = start  # FedProx's anchor is the model the client received
+    if batching == "loop":
+        return _train_one_by_one(model, start, start_buffers, client_indices, data, cfg, generators, anchor,
+                                 grad_shift)
     if client_chunk <= 0:
         on_cuda = data.train_x.is_cuda
         client_chunk = AUTO_CHUNK_EXAMPLES["cuda" if on_cuda else "cpu"] // cfg.batch_len(max(sizes))
@@ -158,8 +173,6 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
             by_params = AUTO_CHUNK_CPU_PARAM_VALUES // sum(v[0].numel() for v in start.values())
             client_chunk = min(client_chunk, max(by_params, AUTO_CHUNK_CPU_MIN_CLIENTS))
         client_chunk = max(1, client_chunk)
-    if cfg.prox_mu and anchor is None:
-        anchor = start  # FedProx's anchor is the model the client received
     model.train()
     outs = []
     for lo in range(0, m, client_chunk):
@@ -172,6 +185,20 @@ def train_cohort(model: nn.Module, start: P.Params, start_buffers: P.Params, cli
     cat = lambda key: {k: torch.cat([o[key][k] for o in outs]) for k in outs[0][key]}  # noqa: E731
     return CohortResult(cat("params"), cat("buffers"), torch.tensor(sizes),
                         torch.cat([o["loss"] for o in outs]).cpu(), torch.cat([o["steps"] for o in outs]).cpu())
+
+
+def _train_one_by_one(model, start, start_buffers, client_indices, data, cfg, generators, anchor, shift
+                      ) -> CohortResult:
+    """The cohort client after client through the plain loop, on a copy of the model (it loads weights)."""
+    local = copy.deepcopy(model)
+    row = lambda stacked_params, i: None if stacked_params is None else P.row(stacked_params, i)  # noqa: E731
+    outs = [train_client_reference(local, P.row(start, i), P.row(start_buffers, i), ix, data, cfg, g,
+                                   anchor=row(anchor, i), grad_shift=row(shift, i))
+            for i, (ix, g) in enumerate(zip(client_indices, generators))]
+    sizes = [len(ix) for ix in client_indices]
+    return CohortResult(P.stack([o[0] for o in outs]), P.stack([o[1] for o in outs]), torch.tensor(sizes),
+                        torch.tensor([o[2] for o in outs]),
+                        torch.tensor([cfg.epochs * -(-n // cfg.batch_len(n)) for n in sizes]))
 
 
 def _train_chunk(model, start, start_buffers, client_indices, data, cfg, generators, anchor, shift, batching) -> dict:

@@ -16,6 +16,12 @@ def test_a_case_reports_both_paths_and_the_batching_used():
     assert row["ratio"] == row["vectorized_samples_per_s"] / row["loop_samples_per_s"]
 
 
+def test_a_cnn_on_the_cpu_trains_through_the_loop_and_reports_vmap_beside_it():
+    case = bench.Case("tiny cnn", "fednnnn_mnist", clients=2, batch_size=0, examples_per_client=20)
+    row = bench.run_case(case, torch.device("cpu"), repeats=1)
+    assert row["batching"] == "loop" and row["vmap_samples_per_s"] > 0
+
+
 def test_switches_report_a_ratio_each_and_leave_the_defaults_as_they_were():
     defaults = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(),
                 torch.is_autocast_enabled("cpu"))
@@ -30,7 +36,7 @@ def test_bf16_autocast_trains_both_batchings_and_keeps_float32_weights():
     data = bench._synthetic_mnist(40, torch.device("cpu"))
     model = models.build("fednnnn_mnist")
     start, start_b = P.broadcast(P.trainable(model), 2), P.broadcast(P.buffers(model), 2)
-    for batching in ("stacked", "vmap"):  # the CUDA path and the CPU path
+    for batching in ("stacked", "vmap", "loop"):  # the CUDA path, and the CPU's for the 2NN and for CNNs
         with bench.switch("bf16_autocast", torch.device("cpu")):
             out = train_cohort(model, start, start_b, list(torch.arange(40).split(20)), data,
                                LocalTraining(1, 10, lr=0.05), [torch.Generator().manual_seed(i) for i in range(2)],

@@ -7,7 +7,8 @@ import torch
 
 from fedcore import models, seeding, stacked
 from fedcore import params as P
-from fedcore.client import LocalTraining, epoch_orders, train_client_reference, train_cohort
+from fedcore.client import (BATCHINGS, LocalTraining, auto_batching, epoch_orders, train_client_reference,
+                            train_cohort)
 from fedcore.errors import ConfigError
 from tests.helpers import mnist_subset, needs_mnist
 
@@ -28,8 +29,9 @@ def _rel_err(got: P.Params, want: P.Params, start: P.Params) -> float:
 
 
 def _compare(name, cfg, sizes, shape=None, client_chunk=0, shift_scale=0.0, dtype=torch.float32):
-    """Both batchings of the engine against the plain loop; returns the stacked one's result."""
-    return [_compare_one(name, cfg, sizes, shape, client_chunk, shift_scale, dtype, b) for b in ("vmap", "stacked")][1]
+    """Every batching of the engine against the plain loop, one client at a time; returns the stacked one's
+    result. "loop" runs that loop itself, so for it this checks the cohort around it: anchors, shifts, rows."""
+    return [_compare_one(name, cfg, sizes, shape, client_chunk, shift_scale, dtype, b) for b in BATCHINGS][0]
 
 
 def _compare_one(name, cfg, sizes, shape, client_chunk, shift_scale, dtype, batching):
@@ -119,6 +121,24 @@ def test_resnet_is_left_to_vmap():
     with pytest.raises(ConfigError, match="batching must be"):
         train_cohort(model, {}, {}, [torch.arange(3)], mnist_subset(3, 1), LocalTraining(1, 1, 0.1), [None],
                      batching="stacked")
+
+
+def test_the_automatic_batching_is_stacked_on_cuda_and_the_loop_for_convolutions_on_the_cpu():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")  # a device name needs no GPU
+    assert [auto_batching(models.build(n), cpu) for n in ("mcmahan_2nn", "mcmahan_cnn", "resnet18")] == \
+        ["vmap", "loop", "loop"]
+    assert [auto_batching(models.build(n), cuda) for n in ("mcmahan_2nn", "mcmahan_cnn", "resnet18")] == \
+        ["stacked", "stacked", "vmap"]
+
+
+def test_the_loop_batching_leaves_the_model_it_was_given_as_it_was():
+    data = mnist_subset(60, 10)
+    model = models.build("fednnnn_mnist")
+    before = P.trainable(model)
+    start = {k: v + 0.1 for k, v in P.broadcast(before, 2).items()}
+    train_cohort(model, start, {}, _parts([30, 30]), data, LocalTraining(1, 10, 0.1),
+                 [torch.Generator().manual_seed(i) for i in range(2)], batching="loop")
+    assert all(torch.equal(before[k], v) for k, v in P.trainable(model).items())
 
 
 def test_chunking_does_not_change_results():
