@@ -352,6 +352,7 @@ def test_only_a_setting_runs_all_its_seeds(tmp_path):
     assert sorted(p.name for p in (results_dir / "tiny" / "smoke").glob("*.json")) == ["b-seed0.json", "b-seed1.json"]
 
 
+@needs_mnist
 def test_runs_record_the_runs_that_shared_the_machine_with_them(tmp_path):
     exps = _tiny(tmp_path, rounds=1)
     results_dir = tmp_path / "results"
