@@ -44,6 +44,26 @@ def test_lr_grid_flag_replaces_every_cells_grid():
                                                                                       ("lr0.3", 0.3)]
 
 
+
+def test_reproduce_with_an_lr_grid_prints_the_books_scoreboard_and_scoreboard_with_one_says_it_is_restricted(
+        monkeypatch, capsys):
+    # Scored over --lr-grid's rates alone, a cell whose best rate was run earlier would read "not reached".
+    from fedcore import cli
+
+    monkeypatch.setattr(reproduce, "reproduce", lambda *a, **k: None)  # the committed results, nothing run
+    name, grid = "mcmahan_table2_cnn", (0.1,)
+    own, restricted = (experiments.load(name, "paper", lr_grid=g) for g in (None, grid))
+    own_text, restricted_text = (scoreboard.format_text(e, scoreboard.compare(e)) for e in (own, restricted))
+    assert own_text != restricted_text
+    assert cli.main(["reproduce", name, "--scale", "paper", "--lr-grid", "0.1"]) == 0
+    header, text = capsys.readouterr().out.split("\n", 1)
+    assert "each cell's own learning-rate grid" in header and "--scoreboard --lr-grid 0.1" in header
+    assert text.strip() == own_text
+    assert cli.main(["reproduce", name, "--scale", "paper", "--scoreboard", "--lr-grid", "0.1"]) == 0
+    header, text = capsys.readouterr().out.split("\n", 1)
+    assert header.startswith("scoreboard restricted to learning rates 0.1")
+    assert text.strip() == restricted_text
+
 @needs_mnist
 @pytest.mark.parametrize("name", ALL)
 def test_smoke_scale_runs_and_scores(name, tmp_path):
