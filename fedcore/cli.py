@@ -129,13 +129,12 @@ def _print_scoreboard(name: str, scale: str, grid: tuple[float, ...] | None, ran
     "not reached"); `--scoreboard --lr-grid` scores over the rates given, and says so."""
     from fedcore import experiments, scoreboard
 
-    rates = None if grid is None else " ".join(f"{lr:g}" for lr in grid)
     exp = experiments.load(name, scale, lr_grid=None if ran else grid)
-    if grid is not None and ran:
+    if grid is not None:
+        rates = " ".join(f"{lr:g}" for lr in grid)
         print(f"scoreboard over each cell's own learning-rate grid, as in the book; over the rates of this "
-              f"run alone: fedcore reproduce {name} --scale {scale} --scoreboard --lr-grid {rates}")
-    elif grid is not None:
-        print(f"scoreboard restricted to learning rates {rates} (--lr-grid), not the book's, which scores "
+              f"run alone: fedcore reproduce {name} --scale {scale} --scoreboard --lr-grid {rates}" if ran else
+              f"scoreboard restricted to learning rates {rates} (--lr-grid), not the book's, which scores "
               f"each cell over its own grid")
     print(scoreboard.format_text(exp, scoreboard.compare(exp)))
 

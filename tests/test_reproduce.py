@@ -44,7 +44,6 @@ def test_lr_grid_flag_replaces_every_cells_grid():
                                                                                       ("lr0.3", 0.3)]
 
 
-
 def test_reproduce_with_an_lr_grid_prints_the_books_scoreboard_and_scoreboard_with_one_says_it_is_restricted(
         monkeypatch, capsys):
     # Scored over --lr-grid's rates alone, a cell whose best rate was run earlier would read "not reached".
@@ -63,6 +62,7 @@ def test_reproduce_with_an_lr_grid_prints_the_books_scoreboard_and_scoreboard_wi
     header, text = capsys.readouterr().out.split("\n", 1)
     assert header.startswith("scoreboard restricted to learning rates 0.1")
     assert text.strip() == restricted_text
+
 
 @needs_mnist
 @pytest.mark.parametrize("name", ALL)
