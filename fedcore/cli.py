@@ -39,6 +39,10 @@ def _check_lr_grid(grid: list[float] | None) -> tuple[float, ...] | None:
     return None if grid is None else tuple(grid)
 
 
+def _rates(grid: tuple[float, ...]) -> str:
+    return " ".join(f"{lr:g}" for lr in grid)
+
+
 def _run_lr_grid(cfg: C.RunConfig, runtime: C.Runtime, grid: tuple[float, ...]) -> None:
     """`fedcore run --lr-grid`: one run per lr (results files suffixed -lr<lr>), then the best one."""
     from fedcore import experiment, metrics
@@ -51,7 +55,7 @@ def _run_lr_grid(cfg: C.RunConfig, runtime: C.Runtime, grid: tuple[float, ...]) 
     target = f"{cfg.target_acc[0]:g}" if cfg.target_acc else None
     best = max(docs, key=lambda d: metrics.lr_grid_score(d["summary"], target, "interpolated"))
     why = f"fewest rounds to {target}, else best accuracy" if target else "best final accuracy"
-    print(f"lr grid {' '.join(f'{lr:g}' for lr in grid)}: best lr = {best['config']['lr']:g} ({why}); "
+    print(f"lr grid {_rates(grid)}: best lr = {best['config']['lr']:g} ({why}); "
           f"results: {best['path']}")
 
 
@@ -131,7 +135,7 @@ def _print_scoreboard(name: str, scale: str, grid: tuple[float, ...] | None, ran
 
     exp = experiments.load(name, scale, lr_grid=None if ran else grid)
     if grid is not None:
-        rates = " ".join(f"{lr:g}" for lr in grid)
+        rates = _rates(grid)
         print(f"scoreboard over each cell's own learning-rate grid, as in the book; over the rates of this "
               f"run alone: fedcore reproduce {name} --scale {scale} --scoreboard --lr-grid {rates}" if ran else
               f"scoreboard restricted to learning rates {rates} (--lr-grid), not the book's, which scores "
