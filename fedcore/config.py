@@ -2,7 +2,8 @@
 
 Field comments map to the papers' symbols. `RunConfig` is the identity of an experiment (saved beside
 every result; a resumed checkpoint must match it). `Runtime` holds how to run it, which never changes
-the numbers: device, chunking, checkpointing, output path.
+the numbers: device, chunking, checkpointing, output path, and the lr grid's leader, which may only end a
+losing run sooner.
 """
 
 from __future__ import annotations
@@ -129,8 +130,17 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class GridLeader:
+    """The best finished learning rate of a run's lr grid (`run`, which reached `target` in `rounds`)."""
+
+    run: str
+    target: float
+    rounds: float
+
+
+@dataclass(frozen=True)
 class Runtime:
-    """How to run: none of these change the numbers a run produces."""
+    """How to run: none of these change the numbers a run produces (`leader` may end a run sooner)."""
 
     device: str = "auto"  # auto | cpu | cuda
     client_chunk: int = 0  # clients trained at once (0 = automatic)
@@ -140,6 +150,7 @@ class Runtime:
     progress: bool = True  # a progress bar per run, named after its results file
     progress_line: int = 0  # the bar's terminal line: parallel runs (reproduce --jobs) each take their own
     parallel_runs: int = 1  # runs sharing the machine (reproduce --jobs + --alongside); recorded: it stretches wall times
+    leader: GridLeader | None = None  # the run ends once it can no longer reach the target in fewer rounds
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from fedcore import aggregators, algorithms, checkpoint, data, metrics, models, partition, results, seeding
 from fedcore import params as P
 from fedcore.client import LocalTraining, train_cohort
-from fedcore.config import RunConfig, Runtime
+from fedcore.config import GridLeader, RunConfig, Runtime
 from fedcore.errors import ConfigError, RunInterrupted
 
 
@@ -73,18 +73,20 @@ def _round_metrics(rep: algorithms.RoundReport, server_step: P.Params, groups: d
             **aggregators.nwda_by_group(rep.deltas, rep.weights, server_step, groups), **rep.extra}
 
 
+def _evaluations(history: list[dict]) -> list[tuple[int, float]]:
+    return [(r["round"], r["test_acc"]) for r in history if r["test_acc"] is not None]
+
+
 def _all_targets_reached(cfg: RunConfig, history: list[dict]) -> bool:
-    best = max((r["test_acc"] for r in history if r["test_acc"] is not None), default=0.0)
-    return best >= max(cfg.target_acc)
+    return max((a for _, a in _evaluations(history)), default=0.0) >= max(cfg.target_acc)
 
 
 def _diverged(record: dict) -> bool:
     return not math.isfinite(record.get("server_step", 0.0))
 
 
-def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
-    evaluated = [r for r in history if r["test_acc"] is not None]
-    rounds, accs = [r["round"] for r in evaluated], [r["test_acc"] for r in evaluated]
+def _summary(cfg: RunConfig, history: list[dict], wall_s: float, beaten_by: GridLeader | None) -> dict:
+    rounds, accs = map(list, zip(*_evaluations(history)))
     diverged = _diverged(history[-1])
     return {
         "final_acc": accs[-1],
@@ -96,6 +98,7 @@ def _summary(cfg: RunConfig, history: list[dict], wall_s: float) -> dict:
         "rounds_completed": history[-1]["round"],
         "stopped_at_target": cfg.stop_at_target and history[-1]["round"] < cfg.rounds and not diverged,
         "diverged_at_round": history[-1]["round"] if diverged else None,
+        "beaten_by": None if beaten_by is None else {"run": beaten_by.run, "rounds": beaten_by.rounds},
         "client_computations": sum(r.get("client_computations", 0) for r in history),
         "total_wall_s": round(wall_s, 3),
     }
@@ -159,7 +162,7 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
         record = {"round": 0, "test_acc": None, "test_loss": None, "train_loss": None}
         evaluate_into(record, state)
         history.append({**record, "wall_s": round(elapsed(), 3)})
-    committed_round = history[-1]["round"]
+    committed_round, beaten = history[-1]["round"], False
     integral = history[-1].get("server_step_integral", 0.0)
 
     bar = tqdm(range(start_round + 1, cfg.rounds + 1), initial=start_round, total=cfg.rounds,
@@ -167,6 +170,10 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
                position=runtime.progress_line, unit="round", leave=False)
     try:
         for t in bar:
+            leader = runtime.leader  # a losing lr of a grid ends once the table can no longer pick it
+            if leader and metrics.cannot_beat(_evaluations(history), leader.target, leader.rounds):
+                beaten = True
+                break
             lr_t = cfg.lr * cfg.lr_decay ** (t - 1)
             local = LocalTraining(cfg.local_epochs, cfg.batch_size, lr_t, cfg.weight_decay, cfg.momentum,
                                   max_grad_norm=cfg.max_grad_norm)
@@ -210,7 +217,7 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     if earlier_segments:  # resumed: env alone would name only the machine and commit of the last segment
         env["segments"] = segments(committed_round)
     doc = {"schema": results.SCHEMA, "config": cfg.to_dict(), "env": env, "rounds": history,
-           "summary": _summary(cfg, history, elapsed())}
+           "summary": _summary(cfg, history, elapsed(), runtime.leader if beaten else None)}
     results.write_json_atomic(out, doc)
     ckpt_path.unlink(missing_ok=True)
     doc["path"] = str(out)

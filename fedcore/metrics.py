@@ -49,6 +49,13 @@ def first_round_at(rounds: list[int], accs: list[float], target: float) -> int |
     return next((r for r, a in zip(rounds, accs) if a >= target), None)
 
 
+def cannot_beat(evaluations: list[tuple[int, float]], target: float, rounds: float) -> bool:
+    """True once a run still below `target` has been evaluated at or past round `rounds`: under either rule
+    above it reaches the target only after its last evaluation, so it can never need fewer rounds than a
+    run that needed `rounds` (McMahan's protocol keeps only an lr grid's fewest)."""
+    return bool(evaluations) and max(a for _, a in evaluations) < target and evaluations[-1][0] >= rounds
+
+
 def lr_grid_score(summary: dict, target: str | None, rule: str = "interpolated") -> tuple:
     """McMahan's protocol for a learning-rate grid (sec. 3): the best lr is the one that reaches the target
     in the fewest rounds; runs that never reach it rank below, by best accuracy. Larger is better.

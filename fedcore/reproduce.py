@@ -151,7 +151,7 @@ def _init_worker(next_line, write_lock) -> None:
 
 
 def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: bool,
-             parallel_runs: int = 1) -> str | None:
+             parallel_runs: int = 1, leader: C.GridLeader | None = None) -> str | None:
     """Run one cell; None if it was skipped because the worker had been told to stop."""
     import torch
 
@@ -165,7 +165,7 @@ def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: boo
     try:
         experiment.run(cfg, Runtime(device=device, out=Path(path), checkpoint_every=CHECKPOINT_EVERY,
                                     resume=True, progress=progress, progress_line=_worker["line"],
-                                    parallel_runs=parallel_runs))
+                                    parallel_runs=parallel_runs, leader=leader))
     finally:
         _worker["running"] = False
     return path
@@ -200,15 +200,18 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
               experiments_dir: Path = experiments.EXPERIMENTS_DIR, log=print) -> experiments.Experiment:
     """Run the cells of experiment `name` at `scale` that have no current results, `jobs` at a time.
     `alongside`: runs outside this call that share the machine (other `reproduce` processes), added to
-    `jobs` in each run's recorded parallel_runs, since sharing stretches wall times."""
+    `jobs` in each run's recorded parallel_runs, since sharing stretches wall times.
+    A learning rate of a grid whose table counts rounds to its target ends once it can no longer need
+    fewer rounds than the cell's best finished rate (`grid_leader`): its results file names that rate."""
     exp = experiments.load(name, scale, experiments_dir, lr_grid=lr_grid)
     cells = [c for c in exp.cells if not only or c.name in only or c.setting in only]  # a setting: all its seeds
     if only and not cells:
         raise ConfigError(f"--only: no cell of {name} is named {', '.join(only)}; "
                           f"cells: {', '.join(c.name for c in exp.cells)}")
-    todo = []
+    todo, cell_of = [], {}
     for cell in cells:
         for st in inspect(exp, cell, results_dir):
+            cell_of[st.run_id] = cell.name
             if st.status in ("corrupt", "stale"):
                 log(f"{st.path}: {st.detail}; moved aside to {set_aside(st.path, st.status).name}")
             if st.status == "no-data":
@@ -216,12 +219,22 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
             elif st.status != "done":
                 todo.append(st)
     todo = _copy_identical_runs(todo, results_dir, log)
+
+    # the leader of each cell's own grid, as the book scores it, even when --lr-grid chose the rates to run;
+    # read as each run starts (with --jobs, as it is queued), since a rate that has just finished may lead
+    own = {c.name: c for c in (exp if lr_grid is None else experiments.load(name, scale, experiments_dir)).cells}
+
+    def leader(st: RunStatus) -> C.GridLeader | None:
+        if not st.config.stop_at_target:
+            return None
+        return grid_leader(exp, inspect(exp, own[cell_of[st.run_id]], results_dir))
+
     log(f"{exp.name} [{scale}]: {len(todo)} run(s) to do" + (f" ({exp.scale_note})" if exp.scale_note else ""))
     if jobs <= 1:
         try:
             for i, st in enumerate(todo, 1):
                 log(f"[{i}/{len(todo)}] {st.run_id}")
-                _run_one(st.config, str(st.path), device, 0, True, 1 + alongside)
+                _run_one(st.config, str(st.path), device, 0, True, 1 + alongside, leader(st))
         except errors.RunInterrupted:
             raise errors.ReproduceInterrupted() from None
     else:
@@ -230,7 +243,8 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
         with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker,
                                  initargs=(ctx.Value("i", 0), ctx.RLock())) as pool:
             sharing = min(jobs, len(todo)) + alongside  # a pool with fewer cells than jobs runs fewer at once
-            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, True, sharing) for st in todo]
+            futures = [pool.submit(_run_one, st.config, str(st.path), device, threads, True, sharing, leader(st))
+                       for st in todo]
             interrupted = False
             try:
                 for i, f in enumerate(as_completed(futures), 1):  # as they finish: a long run hides no others
@@ -258,6 +272,16 @@ def best_run(exp: experiments.Experiment, statuses: list[RunStatus]) -> RunStatu
         return None
     target = None if exp.metric == "final_acc" else f"{exp.targets[0]:g}"
     return max(done, key=lambda st: metrics.lr_grid_score(st.doc["summary"], target, exp.rule))
+
+
+def grid_leader(exp: experiments.Experiment, statuses: list[RunStatus]) -> C.GridLeader | None:
+    """The rate a cell's unfinished learning rates must beat: its best finished one, if it reached the
+    table's target (a final-accuracy table has none: every rate runs to the end)."""
+    best = best_run(exp, statuses)
+    if best is None or exp.metric != "rounds_to_target":
+        return None
+    rounds = best.doc["summary"]["rounds_to_target"].get(f"{exp.targets[0]:g}", {}).get(exp.rule)
+    return None if rounds is None else C.GridLeader(best.run_id, exp.targets[0], rounds)
 
 
 def listing(results_dir: Path = RESULTS_DIR, experiments_dir: Path = experiments.EXPERIMENTS_DIR) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcore import checkpoint, data, experiments, reproduce, results
+from fedcore import checkpoint, data, experiments, metrics, reproduce, results
 from fedcore.errors import ConfigError
 
 
@@ -20,11 +20,10 @@ def _cell_value(exp: experiments.Experiment, doc: dict, key: str):
 
 def _cannot_change(exp: experiments.Experiment, best: reproduce.RunStatus, statuses: list) -> str:
     """"; final for this grid, ..." when no unfinished learning rate can beat the best any more: each is
-    checkpointed below the target at an evaluation past the best's rounds, and under either rule it reaches
-    the target only after that evaluation, so running it on cannot change our number (it still runs, to
-    complete the grid)."""
-    best_rounds = _cell_value(exp, best.doc, exp.columns[0]) if exp.metric == "rounds_to_target" else None
-    if best_rounds is None:
+    checkpointed below the target at an evaluation past the best's rounds (`metrics.cannot_beat`), so
+    running it on cannot change our number (resumed, `reproduce` ends it there)."""
+    leader = reproduce.grid_leader(exp, statuses)
+    if leader is None:
         return ""
     behind = []
     for st in statuses:
@@ -35,12 +34,12 @@ def _cannot_change(exp: experiments.Experiment, best: reproduce.RunStatus, statu
             evals = checkpoint.evaluations(ckpt) if ckpt.exists() else []  # none: not started
         except ConfigError:  # a checkpoint that cannot be read says nothing about the run
             evals = []
-        if not evals or max(acc for _, acc in evals) >= exp.targets[0] or evals[-1][0] < best_rounds:
+        if not metrics.cannot_beat(evals, leader.target, leader.rounds):
             return ""
-        behind.append(f"lr {st.config.lr:g} (checkpointed) is below {100 * exp.targets[0]:g}% in round "
+        behind.append(f"lr {st.config.lr:g} (checkpointed) is below {100 * leader.target:g}% in round "
                       f"{evals[-1][0]}")
     return (f"; final for this grid, since {' and '.join(behind)}, past lr {best.config.lr:g}'s "
-            f"{round(best_rounds, 2):g} rounds")
+            f"{round(leader.rounds, 2):g} rounds")
 
 
 def compare(exp: experiments.Experiment, results_dir: Path = reproduce.RESULTS_DIR) -> list[dict]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedcore import algorithms, experiment, results
-from fedcore.config import RunConfig, Runtime
+from fedcore.config import GridLeader, RunConfig, Runtime
 from fedcore.errors import ConfigError, RunInterrupted
 from tests.helpers import needs_mnist
 
@@ -104,6 +104,26 @@ def test_a_diverged_run_ends_in_the_round_its_weights_turn_nan(tmp_path):
     assert last["test_acc"] is not None  # evaluated although round 2 is not an evaluation round
     assert math.isfinite(doc["rounds"][1]["server_step"]) and not math.isfinite(last["server_step"])
     assert _run(tmp_path, "fine.json")["summary"]["diverged_at_round"] is None
+
+
+def test_a_losing_learning_rate_ends_at_its_first_evaluation_past_the_leaders_rounds(tmp_path, monkeypatch):
+    full = _run(tmp_path, "full.json", rounds=6, eval_every=2)
+    assert full["summary"]["best_acc"] < 0.99  # so the leader below is out of its reach
+    leader = GridLeader("a--lr0.5", 0.99, 2.5)
+    beaten = experiment.run(RunConfig(**{**SMOKE, "rounds": 6, "eval_every": 2}),
+                            Runtime(device="cpu", out=tmp_path / "beaten.json", progress=False, leader=leader))
+    assert beaten["summary"]["rounds_completed"] == 4  # evaluations in rounds 2 (before 2.5) and 4 (past it)
+    assert _numbers(beaten) == _numbers(full)[:5]
+    assert beaten["summary"]["beaten_by"] == {"run": "a--lr0.5", "rounds": 2.5}
+    assert not beaten["summary"]["stopped_at_target"] and full["summary"]["beaten_by"] is None
+    # a checkpoint already past the leader (a run begun before the leader finished) ends as it is resumed
+    cfg, out = RunConfig(**{**SMOKE, "rounds": 6}), tmp_path / "resumed.json"
+    _interrupted_in_round(monkeypatch, cfg, out, 5)
+    real_make = algorithms.make
+    monkeypatch.setattr(algorithms, "make", lambda cfg: dataclasses.replace(
+        real_make(cfg), run_round=lambda *a: pytest.fail("trained a round it did not need")))
+    resumed = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True, leader=leader))
+    assert resumed["summary"]["rounds_completed"] == 4 and resumed["summary"]["beaten_by"]["run"] == "a--lr0.5"
 
 
 def _interrupted_in_round(monkeypatch, cfg, out, round):

@@ -1,4 +1,7 @@
-from fedcore.metrics import first_round_at, rounds_to_target_interpolated
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedcore.metrics import cannot_beat, first_round_at, rounds_to_target_interpolated
 
 
 def test_interpolates_between_evaluations_on_the_running_max():
@@ -45,3 +48,27 @@ def test_commit_named_in_the_environment_wins_else_unknown_without_git(monkeypat
     assert results.git_commit() == "abc123"
     monkeypatch.delenv("FEDCORE_GIT_COMMIT")
     assert results.git_commit() == "unknown"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.floats(0, 1)), min_size=1, max_size=12),
+       st.integers(0, 12), st.floats(0.05, 1), st.floats(0, 40))
+def test_a_run_that_cannot_beat_the_leader_never_does_whatever_comes_next(steps, cut, target, leader_rounds):
+    # evaluations at increasing rounds; the run is judged on the first `cut` of them, then goes on anyhow
+    rounds = [sum(gap for gap, _ in steps[:i + 1]) for i in range(len(steps))]
+    accs = [a for _, a in steps]
+    seen = list(zip(rounds, accs))[:cut]
+    if cannot_beat(seen, target, leader_rounds):
+        later = rounds_to_target_interpolated(rounds, accs, target)
+        first = first_round_at(rounds, accs, target)
+        assert later is None or later > leader_rounds
+        assert first is None or first > leader_rounds
+    elif seen and max(accs[:cut]) < target:
+        assert seen[-1][0] < leader_rounds  # not yet past the leader: it may still get there sooner
+
+
+def test_cannot_beat_needs_an_evaluation_past_the_leaders_rounds_below_the_target():
+    assert cannot_beat([(0, 0.1), (10, 0.9)], 0.97, 10.0)
+    assert not cannot_beat([(0, 0.1), (10, 0.9)], 0.97, 10.5)
+    assert not cannot_beat([(0, 0.1), (10, 0.98)], 0.97, 5.0)  # reached: its own rounds decide
+    assert not cannot_beat([], 0.97, 0.0)
