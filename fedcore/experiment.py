@@ -96,7 +96,8 @@ def _summary(cfg: RunConfig, history: list[dict], wall_s: float, beaten_by: Grid
                        "first_round": metrics.first_round_at(rounds, accs, a)}
             for a in cfg.target_acc},
         "rounds_completed": history[-1]["round"],
-        "stopped_at_target": cfg.stop_at_target and history[-1]["round"] < cfg.rounds and not diverged,
+        "stopped_at_target": (cfg.stop_at_target and history[-1]["round"] < cfg.rounds and not diverged
+                              and beaten_by is None),
         "diverged_at_round": history[-1]["round"] if diverged else None,
         "beaten_by": None if beaten_by is None else {"run": beaten_by.run, "rounds": beaten_by.rounds},
         "client_computations": sum(r.get("client_computations", 0) for r in history),

@@ -252,6 +252,7 @@ def test_a_rate_that_can_no_longer_beat_its_cells_best_ends_there_and_completes_
     assert rounds is not None and leader["beaten_by"] is None
     assert beaten["beaten_by"] == {"run": "a--lr0.1", "rounds": rounds}
     assert beaten["rounds_completed"] == math.ceil(rounds) < 25 and beaten["best_acc"] < 0.8
+    assert leader["stopped_at_target"] and not beaten["stopped_at_target"]
     exp = experiments.load("tiny", "smoke", exps)
     row = scoreboard.compare(exp, results_dir)[0]
     assert row["status"] == "done" and row["run"] == "a--lr0.1"
