@@ -293,6 +293,15 @@ def test_norm_norm_step_has_norm_beta_E(data, m, d, beta):
         assert abs(np.linalg.norm(step) - beta * E) <= th.summation_tolerance(4 * (m + d), beta * E)
 
 
+def test_norm_norm_step_has_norm_beta_E_when_the_updates_nearly_cancel():
+    # hypothesis's find: N = 13 against E = 473.7; the step once summed the updates apart from N, and its
+    # rounding under that cancellation put ||step|| 16 ulps of E away from beta E
+    deltas, weights = np.array([[-651.0], [730.0], [-40.0]]), np.full(3, 1 / 3)
+    N, E = th.nwda(deltas, weights)
+    assert N < E / 30
+    assert abs(np.linalg.norm(th.norm_norm_step(deltas, weights, 1.0)) - E) <= th.summation_tolerance(16, E)
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), m=st.integers(2, 10), d=st.integers(1, 6))
 def test_N_over_E_identity(data, m, d):
