@@ -241,12 +241,12 @@ def test_a_partial_grid_is_final_once_the_rest_are_below_the_target_past_its_rou
 @needs_mnist
 def test_a_rate_that_can_no_longer_beat_its_cells_best_ends_there_and_completes_the_grid(tmp_path):
     # the cell's own grid is 0.01 and 0.1; 0.1 runs first (--lr-grid 0.1), then 0.01 (--lr-grid 0.01), which
-    # must beat 0.1 against the cell's own grid, the book's, although --lr-grid left 0.1 out of this call
+    # is held to 0.1's rounds, the leader of the cell's own grid (the book's), though --lr-grid left 0.1 out
     exps = _tiny(tmp_path, note='"test"\nlr_grid = [0.01, 0.1]', target_acc="[0.8]\nstop_at_target = true")
     results_dir, store = tmp_path / "results", tmp_path / "results" / "tiny" / "smoke"
     for rate in (0.1, 0.01):
-        exp = reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
-                                  lr_grid=(rate,), log=lambda *a: None)
+        reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                            lr_grid=(rate,), log=lambda *a: None)
     leader, beaten = (json.loads((store / f"a--lr{r}.json").read_text())["summary"] for r in ("0.1", "0.01"))
     rounds = leader["rounds_to_target"]["0.8"]["interpolated"]
     assert rounds is not None and leader["beaten_by"] is None
