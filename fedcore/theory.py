@@ -882,31 +882,33 @@ def theorem2_check(problem: CosineProblem, M: int, horizons: tuple[int, ...], se
 # FedNNNN: NWDA (eq. 4-6) and Norm-Norm (eq. 8-9)
 # ----------------------------------------------------------------------------------------------------------
 
-def _unit_scaled(deltas: np.ndarray) -> tuple[float, np.ndarray]:
-    """(max|delta|, deltas / max|delta|): norms taken on the unit-scaled deltas (as BLAS nrm2 does) do not
-    lose tiny updates' precision to underflow in the squares."""
+def _unit_scaled_nwda(deltas: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray, float, float]:
+    """(s, sum_k p_k Delta_k / s, N, E) with s = max|Delta|: norms taken on the unit-scaled deltas (as BLAS
+    nrm2 does) do not lose tiny updates' precision to underflow in the squares. All zero when s = 0."""
     scale = float(np.abs(deltas).max(initial=0.0))
-    return scale, deltas / scale if scale else deltas
+    if scale == 0.0:
+        return 0.0, np.zeros(deltas.shape[1:]), 0.0, 0.0
+    unit = deltas / scale
+    mean_unit = weights @ unit
+    return (scale, mean_unit, scale * float(np.linalg.norm(mean_unit)),
+            scale * float(weights @ np.linalg.norm(unit, axis=1)))
 
 
 def nwda(deltas: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
     """N = ||sum_k p_k Delta_k|| (eq. 4) and E = sum_k p_k ||Delta_k|| (eq. 5) for deltas [m, d], weights [m].
     Proposition 1 (eq. 6): N <= E, by the triangle inequality (the paper's "Pythagorean inequality")."""
-    scale, unit = _unit_scaled(deltas)
-    if scale == 0.0:
-        return 0.0, 0.0
-    return scale * float(np.linalg.norm(weights @ unit)), scale * float(weights @ np.linalg.norm(unit, axis=1))
+    _, _, N, E = _unit_scaled_nwda(deltas, weights)
+    return N, E
 
 
 def norm_norm_step(deltas: np.ndarray, weights: np.ndarray, beta: float) -> np.ndarray:
     """Norm-Norm's server step w_{t+1} - w_t = beta (E/N) sum_k p_k Delta_k (eq. 8), whose norm is beta E
     (eq. 9). When N = 0 the paper returns w_t unchanged (zero step). The sum is the very one N is the norm
     of: summed another way, its rounding under cancellation (N << E) would break eq. 9 beyond a few ulps."""
-    N, E = nwda(deltas, weights)
+    scale, mean_unit, N, E = _unit_scaled_nwda(deltas, weights)
     if N == 0:
         return np.zeros(deltas.shape[1:])
-    scale, unit = _unit_scaled(deltas)
-    return beta * (E / N) * scale * (weights @ unit)
+    return beta * (E / N) * scale * mean_unit
 
 
 def updates_with_cosine(m: int, d: int, rho: float, rng: np.random.Generator,
