@@ -50,7 +50,8 @@ done
 # NAME runs all of an experiment's cells, NAME:CELL,CELL only those (with one process per cell named);
 # @LR,LR runs only those learning rates (--lr-grid) and *N runs N processes (a cell's rates are separate
 # runs). PARALLEL=1 runs the experiments side by side instead of one after another, and each records the
-# processes of the others as sharing the GPU (--alongside).
+# processes of the others as sharing the GPU (--alongside); ALONGSIDE=N adds N processes started outside this
+# script (e.g. a bf16 check beside it).
 parse_spec() {  # sets name, cells, lrs (those named, else none) and n (the processes it runs); callers may make them local
     local spec=$1 procs=""
     [[ $spec == *\** ]] && procs=${spec##*\*} spec=${spec%\**}
@@ -63,9 +64,9 @@ parse_spec() {  # sets name, cells, lrs (those named, else none) and n (the proc
 all_processes=0
 for spec in "$@"; do parse_spec "$spec"; all_processes=$((all_processes + n)); done
 run_experiment() {
-    local name cells lrs n alongside=0
+    local name cells lrs n alongside=${ALONGSIDE:-0}
     parse_spec "$1"
-    [ "${PARALLEL:-0}" = 1 ] && alongside=$((all_processes - n))
+    [ "${PARALLEL:-0}" = 1 ] && alongside=$((alongside + all_processes - n))
     echo "== $1: $(left) s left" | tee -a "$log"
     # SIGTERM: fedcore checkpoints the cells in flight; a later call with the same results/ resumes them
     timeout -k 30 "$(left)" $python -m fedcore reproduce "$name" --scale "$scale" --device "$device" \
