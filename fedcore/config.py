@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,7 +151,9 @@ class Runtime:
     progress: bool = True  # a progress bar per run, named after its results file
     progress_line: int = 0  # the bar's terminal line: parallel runs (reproduce --jobs) each take their own
     parallel_runs: int = 1  # runs sharing the machine (reproduce --jobs + --alongside); recorded: it stretches wall times
-    leader: GridLeader | None = None  # the run ends once it can no longer reach the target in fewer rounds
+    # asked before every round for the rate to beat (reproduce re-reads the cell's finished rates, so one
+    # finishing beside this run counts at once): the run ends once it can no longer reach the target sooner
+    leader: Callable[[], GridLeader | None] | None = None
 
     def __post_init__(self):
         if self.device not in ("auto", "cpu", "cuda"):

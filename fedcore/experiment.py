@@ -163,7 +163,7 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
         record = {"round": 0, "test_acc": None, "test_loss": None, "train_loss": None}
         evaluate_into(record, state)
         history.append({**record, "wall_s": round(elapsed(), 3)})
-    committed_round, beaten = history[-1]["round"], False
+    committed_round, beaten_by = history[-1]["round"], None
     integral = history[-1].get("server_step_integral", 0.0)
 
     bar = tqdm(range(start_round + 1, cfg.rounds + 1), initial=start_round, total=cfg.rounds,
@@ -171,9 +171,10 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
                position=runtime.progress_line, unit="round", leave=False)
     try:
         for t in bar:
-            leader = runtime.leader  # a losing lr of a grid ends once the table can no longer pick it
+            # a losing lr of a grid ends once the table can no longer pick it
+            leader = runtime.leader() if runtime.leader else None
             if leader and metrics.cannot_beat(_evaluations(history), leader.target, leader.rounds):
-                beaten = True
+                beaten_by = leader
                 break
             lr_t = cfg.lr * cfg.lr_decay ** (t - 1)
             local = LocalTraining(cfg.local_epochs, cfg.batch_size, lr_t, cfg.weight_decay, cfg.momentum,
@@ -218,7 +219,7 @@ def _run(cfg: RunConfig, runtime: Runtime) -> dict:
     if earlier_segments:  # resumed: env alone would name only the machine and commit of the last segment
         env["segments"] = segments(committed_round)
     doc = {"schema": results.SCHEMA, "config": cfg.to_dict(), "env": env, "rounds": history,
-           "summary": _summary(cfg, history, elapsed(), runtime.leader if beaten else None)}
+           "summary": _summary(cfg, history, elapsed(), beaten_by)}
     results.write_json_atomic(out, doc)
     ckpt_path.unlink(missing_ok=True)
     doc["path"] = str(out)

@@ -8,10 +8,12 @@ version; anything else (corrupt, foreign, stale) is reported and renamed aside, 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import active_children, get_context
@@ -151,7 +153,7 @@ def _init_worker(next_line, write_lock) -> None:
 
 
 def _run_one(cfg: RunConfig, path: str, device: str, threads: int, progress: bool,
-             parallel_runs: int = 1, leader: C.GridLeader | None = None) -> str | None:
+             parallel_runs: int = 1, leader: Callable[[], C.GridLeader | None] | None = None) -> str | None:
     """Run one cell; None if it was skipped because the worker had been told to stop."""
     import torch
 
@@ -202,7 +204,8 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
     `alongside`: runs outside this call that share the machine (other `reproduce` processes), added to
     `jobs` in each run's recorded parallel_runs, since sharing stretches wall times.
     A learning rate of a grid whose table counts rounds to its target ends once it can no longer need
-    fewer rounds than the cell's best finished rate (`grid_leader`): its results file names that rate."""
+    fewer rounds than the cell's best finished rate, whenever that rate finished (`cell_leader`): its results
+    file names that rate."""
     exp = experiments.load(name, scale, experiments_dir, lr_grid=lr_grid)
     cells = [c for c in exp.cells if not only or c.name in only or c.setting in only]  # a setting: all its seeds
     if only and not cells:
@@ -220,14 +223,13 @@ def reproduce(name: str, scale: str, *, device: str = "auto", only: list[str] | 
                 todo.append(st)
     todo = _copy_identical_runs(todo, results_dir, log)
 
-    # the leader of each cell's own grid, as the book scores it, even when --lr-grid chose the rates to run;
-    # read as each run starts (with --jobs, as it is queued), since a rate that has just finished may lead
+    # the leader of each cell's own grid, as the book scores it, even when --lr-grid chose the rates to run
     own = {c.name: c for c in (exp if lr_grid is None else experiments.load(name, scale, experiments_dir)).cells}
 
-    def leader(st: RunStatus) -> C.GridLeader | None:
+    def leader(st: RunStatus) -> Callable[[], C.GridLeader | None] | None:
         if not st.config.stop_at_target:
             return None
-        return grid_leader(exp, inspect(exp, own[cell_of[st.run_id]], results_dir))
+        return functools.partial(cell_leader, exp, own[cell_of[st.run_id]], results_dir)
 
     log(f"{exp.name} [{scale}]: {len(todo)} run(s) to do" + (f" ({exp.scale_note})" if exp.scale_note else ""))
     if jobs <= 1:
@@ -282,6 +284,28 @@ def grid_leader(exp: experiments.Experiment, statuses: list[RunStatus]) -> C.Gri
         return None
     rounds = best.doc["summary"]["rounds_to_target"].get(f"{exp.targets[0]:g}", {}).get(exp.rule)
     return None if rounds is None else C.GridLeader(best.run_id, exp.targets[0], rounds)
+
+
+_leaders: dict[tuple, tuple[tuple, C.GridLeader | None]] = {}  # cell -> (its results files' stamp, leader)
+
+
+def cell_leader(exp: experiments.Experiment, cell: experiments.Cell, results_dir: Path) -> C.GridLeader | None:
+    """`grid_leader` of `cell` as the store holds it now. A run asks before every round, so a rate ends as
+    soon as another rate of its cell finishes ahead of it, even one running beside it (an accelerator runs a
+    cell's rates side by side); the files are read again only when one of them has changed."""
+    paths = [run_path(results_dir, exp, run_id) for run_id, _ in cell.variants()]
+    stamp = tuple((p.name, s.st_mtime_ns, s.st_size) for p in paths if (s := _stat(p)) is not None)
+    key = (exp.name, exp.scale, cell.name, str(results_dir))
+    if key not in _leaders or _leaders[key][0] != stamp:
+        _leaders[key] = (stamp, grid_leader(exp, inspect(exp, cell, results_dir)))
+    return _leaders[key][1]
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
 
 
 def listing(results_dir: Path = RESULTS_DIR, experiments_dir: Path = experiments.EXPERIMENTS_DIR) -> str:

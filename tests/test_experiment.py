@@ -111,7 +111,7 @@ def test_a_losing_learning_rate_ends_at_its_first_evaluation_past_the_leaders_ro
     assert full["summary"]["best_acc"] < 0.99  # so the leader below is out of its reach
     leader = GridLeader("a--lr0.5", 0.99, 2.5)
     beaten = experiment.run(RunConfig(**{**SMOKE, "rounds": 6, "eval_every": 2}),
-                            Runtime(device="cpu", out=tmp_path / "beaten.json", progress=False, leader=leader))
+                            Runtime(device="cpu", out=tmp_path / "beaten.json", progress=False, leader=lambda: leader))
     assert beaten["summary"]["rounds_completed"] == 4  # evaluations in rounds 2 (before 2.5) and 4 (past it)
     assert _numbers(beaten) == _numbers(full)[:5]
     assert beaten["summary"]["beaten_by"] == {"run": "a--lr0.5", "rounds": 2.5}
@@ -122,7 +122,7 @@ def test_a_losing_learning_rate_ends_at_its_first_evaluation_past_the_leaders_ro
     real_make = algorithms.make
     monkeypatch.setattr(algorithms, "make", lambda cfg: dataclasses.replace(
         real_make(cfg), run_round=lambda *a: pytest.fail("trained a round it did not need")))
-    resumed = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True, leader=leader))
+    resumed = experiment.run(cfg, Runtime(device="cpu", out=out, progress=False, resume=True, leader=lambda: leader))
     assert resumed["summary"]["rounds_completed"] == 4 and resumed["summary"]["beaten_by"]["run"] == "a--lr0.5"
 
 

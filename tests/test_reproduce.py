@@ -8,7 +8,9 @@ import json
 import math
 import multiprocessing
 import os
+import pickle
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import time
 import pytest
 
 from fedcore import checkpoint, experiments, reproduce, results, scoreboard
+from fedcore.config import GridLeader
 from fedcore.errors import ConfigError
 from tests.helpers import needs_mnist
 
@@ -256,6 +259,40 @@ def test_a_rate_that_can_no_longer_beat_its_cells_best_ends_there_and_completes_
     exp = experiments.load("tiny", "smoke", exps)
     row = scoreboard.compare(exp, results_dir)[0]
     assert row["status"] == "done" and row["run"] == "a--lr0.1"
+
+
+@needs_mnist
+def test_a_rate_ends_once_a_rate_running_beside_it_finishes_ahead(tmp_path, monkeypatch):
+    # an accelerator runs a cell's rates side by side: 0.01 starts with no finished rate to beat, and 0.1
+    # finishes (its results file appears) while 0.01 runs, which then ends where it would have behind 0.1
+    exps = _tiny(tmp_path, note='"test"\nlr_grid = [0.01, 0.1]', target_acc="[0.8]\nstop_at_target = true")
+    results_dir, store = tmp_path / "results", tmp_path / "results" / "tiny" / "smoke"
+    reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=tmp_path / "beside", experiments_dir=exps,
+                        lr_grid=(0.1,), log=lambda *a: None)
+    finished = tmp_path / "beside" / "tiny" / "smoke" / "a--lr0.1.json"
+    rounds = json.loads(finished.read_text())["summary"]["rounds_to_target"]["0.8"]["interpolated"]
+    real, asked = reproduce.cell_leader, []
+
+    def cell_leader(*args):
+        asked.append(real(*args))
+        if len(asked) == 1:  # asked before round 1, with nothing finished; 0.1 finishes during that round
+            shutil.copy(finished, store / finished.name)
+        return asked[-1]
+
+    monkeypatch.setattr(reproduce, "cell_leader", cell_leader)
+    reproduce.reproduce("tiny", "smoke", device="cpu", results_dir=results_dir, experiments_dir=exps,
+                        lr_grid=(0.01,), log=lambda *a: None)
+    beaten = json.loads((store / "a--lr0.01.json").read_text())["summary"]
+    assert asked[0] is None and asked[1] == GridLeader("a--lr0.1", 0.8, rounds)
+    assert beaten["beaten_by"] == {"run": "a--lr0.1", "rounds": rounds}
+    assert beaten["rounds_completed"] == math.ceil(rounds) < 25 and not beaten["stopped_at_target"]
+    # what a --jobs worker receives pickles, and the store is read again only when one of its files changed
+    monkeypatch.setattr(reproduce, "cell_leader", real)
+    exp = experiments.load("tiny", "smoke", exps)
+    ask = pickle.loads(pickle.dumps(functools.partial(real, exp, exp.cells[0], results_dir)))
+    assert ask() == asked[1]  # 0.01's own file is new since it last asked
+    monkeypatch.setattr(reproduce, "inspect", lambda *a: pytest.fail("read the store though no file changed"))
+    assert ask() == asked[1]
 
 
 @needs_mnist
